@@ -1,0 +1,147 @@
+// Package activities holds supportflow's Temporal activities: methods on
+// Activities, which owns every client they use. Nothing here builds a
+// client or retries on its own; a failure is returned and retried under the
+// one policy (internal/policy).
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+// Zendesk is what the activities need from Zendesk.
+type Zendesk interface {
+	PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string) (zendeskclient.Landed, error)
+	FindAction(ctx context.Context, ticketID int64, actionKey string) (zendeskclient.Landed, bool, error)
+}
+
+// Subscriptions is what the activities need from the subscription service.
+type Subscriptions interface {
+	Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (subscriptions.Cancellation, error)
+}
+
+// Activities holds the clients of supportflow's activities. Register a
+// filled-in value with the worker; workflows call its methods through a
+// nil *Activities.
+type Activities struct {
+	Zendesk       Zendesk
+	Subscriptions Subscriptions
+	Ledger        *ledger.Ledger
+	// Durations are the heartbeat interval, lease and call timeouts.
+	Durations policy.Durations
+	// Logger receives operational logs; nil means slog.Default(). Secrets
+	// never reach it.
+	Logger *slog.Logger
+}
+
+func (a *Activities) log(ctx context.Context) *slog.Logger {
+	l := a.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	info := activity.GetInfo(ctx)
+	return l.With("workflow_id", info.WorkflowExecution.ID, "run_id", info.WorkflowExecution.RunID,
+		"activity", info.ActivityType.Name, "activity_id", info.ActivityID, "attempt", info.Attempt)
+}
+
+// ActionInput names one action of a proposal. Both legs' activities take
+// it, so either can create the action's ledger row.
+type ActionInput struct {
+	Key    string             `json:"key"`
+	Action supportflow.Action `json:"action"`
+}
+
+// validate rejects input that can never succeed, before anything is
+// written.
+func (in ActionInput) validate() error {
+	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
+		return invalid(err)
+	}
+	if err := in.Action.Validate(); err != nil {
+		return invalid(fmt.Errorf("action %s: %w", in.Key, err))
+	}
+	return nil
+}
+
+func (in ActionInput) reserveRequest(claimant string, d policy.Durations) ledger.ReserveRequest {
+	return ledger.ReserveRequest{
+		Key:           in.Key,
+		TicketID:      in.Action.TicketID,
+		HasComment:    in.Action.Comment != nil,
+		Subscriptions: in.Action.CancelSubscriptions,
+		Claimant:      claimant,
+		Lease:         d.Lease,
+	}
+}
+
+// claimantOf names this attempt uniquely: a retry of the same activity is a
+// different claimant, so the ledger can fence the stale one out.
+func claimantOf(ctx context.Context) string {
+	info := activity.GetInfo(ctx)
+	return fmt.Sprintf("%s/%s/%s#%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID, info.Attempt)
+}
+
+func invalid(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+}
+
+func rejected(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeRejected, err)
+}
+
+// errLostClaim is the cause a fenced write that lost reports.
+var errLostClaim = errors.New("the action's claim was taken over by a newer attempt")
+
+func lostClaim(key string) error {
+	return temporal.NewApplicationErrorWithCause(
+		fmt.Sprintf("action %s: %v; stopped without writing", key, errLostClaim), supportflow.ErrTypeLostClaim, errLostClaim)
+}
+
+// reserveError maps a Reserve failure to an activity error: a live lease
+// elsewhere is retried (no sooner than it can lapse); bad input and a key
+// reused with different content are permanent; anything else is retried.
+func reserveError(err error) error {
+	var held *ledger.LeaseHeldError
+	switch {
+	case errors.As(err, &held):
+		return temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeLeaseHeld, err)
+	case errors.Is(err, supportflow.ErrInvalidInput):
+		return invalid(err)
+	case errors.Is(err, ledger.ErrConflict):
+		return invalid(err)
+	}
+	return err
+}
+
+// classified is implemented by the Zendesk and subscription clients'
+// errors.
+type classified interface {
+	Permanent() bool
+	MayHaveLanded() bool
+}
+
+func isPermanent(err error) bool {
+	var c classified
+	return errors.As(err, &c) && c.Permanent()
+}
+
+// mayHaveLanded is true unless the error proves the request was not
+// applied: unknown errors are treated as ambiguous.
+func mayHaveLanded(err error) bool {
+	var c classified
+	if errors.As(err, &c) {
+		return c.MayHaveLanded()
+	}
+	return true
+}

@@ -1,0 +1,286 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+// PostReplyResult says how the Zendesk leg ended.
+type PostReplyResult struct {
+	AuditID   int64 `json:"audit_id"`
+	CommentID int64 `json:"comment_id"`
+	// Source says where the comment came from: "posted" by this attempt,
+	// "ledger" (recorded earlier), "audit" (found on the ticket after an
+	// earlier attempt's answer was lost) or "applied" (the whole action was
+	// already applied).
+	Source string `json:"source"`
+	// State is the action's ledger state afterwards.
+	State string `json:"state"`
+}
+
+// PostReply is the Zendesk leg of an action: it posts the action's comment
+// on the ticket exactly once. It claims the action in the ledger; skips
+// the post when the ledger says the comment landed; when an earlier
+// attempt may have posted without recording it, looks for the action key in
+// the ticket's audits first; and otherwise posts with the key in the
+// audit's metadata and records the comment before returning.
+//
+// Errors: invalid input and Zendesk's permanent refusals (404 unknown
+// ticket, 422 ...) are non-retryable; everything else is retried under the
+// one policy, a 429 no sooner than its Retry-After.
+func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyResult, error) {
+	if err := in.validate(); err != nil {
+		return PostReplyResult{}, err
+	}
+	if in.Action.Comment == nil {
+		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment to post", supportflow.ErrInvalidInput, in.Key))
+	}
+	claimant := claimantOf(ctx)
+	res, err := a.Ledger.Reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	if err != nil {
+		return PostReplyResult{}, reserveError(err)
+	}
+	if res.Applied {
+		return PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
+	}
+	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
+	if res.TookOver {
+		log.Info("took over an expired claim", "prior_attempts", res.PriorAttempts)
+	}
+
+	p := &progress{p: Progress{Leg: "zendesk", Total: 1}}
+	var out PostReplyResult
+	var ambiguous bool
+	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
+		landed, source := res.AuditID, "ledger"
+		commentID := res.CommentID
+		if !res.CommentLanded() && res.PriorAttempts > 0 {
+			// An earlier attempt may have posted and lost the answer:
+			// Zendesk recorded the key on the audit if it did.
+			p.set(func(p *Progress) { p.Step = "searching audits" })
+			callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
+			l, found, err := a.Zendesk.FindAction(callCtx, in.Action.TicketID, in.Key)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if found {
+				landed, commentID, source = l.AuditID, l.CommentID, "audit"
+				log.Info("comment found on the ticket's audits; not posting again", "comment_id", l.CommentID)
+			}
+		}
+		if commentID == 0 {
+			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
+				return err
+			}
+			p.set(func(p *Progress) { p.Step = "posting" })
+			callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
+			l, err := a.Zendesk.PostComment(callCtx, in.Action.TicketID, *in.Action.Comment, in.Key)
+			cancel()
+			if err != nil {
+				ambiguous = mayHaveLanded(err)
+				return err
+			}
+			landed, commentID, source = l.AuditID, l.CommentID, "posted"
+		}
+		state, won, err := a.Ledger.RecordComment(ctx, res.ID, claimant, landed, commentID)
+		if err != nil {
+			return err
+		}
+		if !won {
+			return errLostClaim
+		}
+		p.set(func(p *Progress) { p.Done, p.Step = 1, "recorded" })
+		out = PostReplyResult{AuditID: landed, CommentID: commentID, Source: source, State: state}
+		return nil
+	})
+	if err == nil {
+		return out, nil
+	}
+	return PostReplyResult{}, a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+}
+
+// endAttempt turns a failed attempt's error into the activity's error and
+// leaves the claim in the right shape for the next one. A write that may
+// have landed keeps its lease until it lapses, so a successor cannot check
+// for the write before it can have arrived; any other failure releases the
+// claim at once, with the error recorded.
+func (a *Activities) endAttempt(ctx context.Context, id int64, claimant, key string, err error, ambiguous bool) error {
+	if errors.Is(err, errLostClaim) {
+		return lostClaim(key)
+	}
+	if errors.Is(err, errAttemptOver) {
+		return err
+	}
+	if !ambiguous {
+		// Best effort: if this fails the lease simply lapses.
+		if _, _, ferr := a.Ledger.Finish(context.WithoutCancel(ctx), id, claimant, err.Error()); ferr != nil {
+			a.log(ctx).Warn("releasing claim failed", "action_key", key, "error", ferr)
+		}
+	}
+	if isPermanent(err) {
+		return rejected(err)
+	}
+	return err
+}
+
+// CancelResult says how the cancellation leg ended.
+type CancelResult struct {
+	// Cancelled lists every subscription of the action now recorded as
+	// cancelled, in the action's order.
+	Cancelled []string `json:"cancelled"`
+	// Called lists the subscriptions this attempt sent to the service
+	// (those not already recorded as cancelled).
+	Called []string `json:"called"`
+	State  string   `json:"state"`
+}
+
+// CancelSubscriptions is the cancellation leg of an action. It claims the
+// action, reads which subscriptions already succeeded and cancels only the
+// rest, one at a time, writing each call's outcome to the ledger before
+// acting on it, so a crash after a partial success still records it.
+//
+// A subscription the service refuses permanently (404 unknown ...) is
+// recorded failed and the others are still attempted; the activity then
+// fails non-retryably and the workflow settles the action. Any other
+// failure stops the leg and is retried.
+func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (CancelResult, error) {
+	if err := in.validate(); err != nil {
+		return CancelResult{}, err
+	}
+	if len(in.Action.CancelSubscriptions) == 0 {
+		return CancelResult{}, invalid(fmt.Errorf("%w: action %s has no subscriptions to cancel", supportflow.ErrInvalidInput, in.Key))
+	}
+	claimant := claimantOf(ctx)
+	res, err := a.Ledger.Reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	if err != nil {
+		return CancelResult{}, reserveError(err)
+	}
+	if res.Applied {
+		return CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
+	}
+	if in.Action.Comment != nil && !res.CommentLanded() {
+		// The legs run in order; cancelling before the reply is recorded
+		// would let a failed reply leave a silent cancellation behind.
+		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
+		return CancelResult{}, invalid(fmt.Errorf("%w: action %s: the comment has not landed; run PostReply first", supportflow.ErrInvalidInput, in.Key))
+	}
+	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
+
+	cancelled := slices.Clone(res.Cancelled)
+	var todo []string
+	for _, s := range in.Action.CancelSubscriptions {
+		if !slices.Contains(res.Cancelled, s) {
+			todo = append(todo, s)
+		}
+	}
+	p := &progress{p: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(res.Cancelled)}}
+	var (
+		out       CancelResult
+		ambiguous bool
+		refused   []error
+	)
+	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
+		for _, sub := range todo {
+			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
+				return err
+			}
+			p.set(func(p *Progress) { p.Step = "cancelling " + sub })
+			out.Called = append(out.Called, sub)
+			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
+			c, callErr := a.Subscriptions.Cancel(callCtx, sub, in.Key+":"+sub)
+			cancel()
+			outcome := ledger.CancellationOutcome{Cancelled: callErr == nil, AlreadyCancelled: c.AlreadyCancelled}
+			if callErr != nil {
+				outcome.Error = callErr.Error()
+			}
+			// Record before acting on the outcome, even for a failure, so
+			// the ledger never forgets a call that may have landed.
+			won, err := a.Ledger.RecordCancellation(context.WithoutCancel(ctx), res.ID, claimant, sub, outcome)
+			if err != nil {
+				return errors.Join(callErr, err)
+			}
+			if !won {
+				return errLostClaim
+			}
+			switch {
+			case callErr == nil:
+				cancelled = append(cancelled, sub)
+				p.set(func(p *Progress) { p.Done++ })
+			case isPermanent(callErr):
+				log.Warn("subscription service refused a cancellation", "subscription_id", sub, "error", callErr)
+				refused = append(refused, fmt.Errorf("subscription %s: %w", sub, callErr))
+			default:
+				ambiguous = mayHaveLanded(callErr)
+				return fmt.Errorf("subscription %s: %w", sub, callErr)
+			}
+		}
+		if len(refused) > 0 {
+			return rejected(errors.Join(refused...))
+		}
+		state, won, err := a.Ledger.Finish(ctx, res.ID, claimant, "")
+		if err != nil {
+			return err
+		}
+		if !won {
+			return errLostClaim
+		}
+		out.State = state
+		return nil
+	})
+	out.Cancelled = ordered(in.Action.CancelSubscriptions, cancelled)
+	if err == nil {
+		return out, nil
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.NonRetryable() {
+		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, err.Error())
+		return out, err
+	}
+	return out, a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+}
+
+func ordered(all, subset []string) []string {
+	var out []string
+	for _, s := range all {
+		if slices.Contains(subset, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SettleInput names an action whose last attempt failed.
+type SettleInput struct {
+	Key        string `json:"key"`
+	TicketID   int64  `json:"ticket_id"`
+	HasComment bool   `json:"has_comment"`
+	Error      string `json:"error"`
+}
+
+// SettleAction makes an action's failure terminal once the workflow has
+// given up on it: partial_failure when some effect landed, failed when none
+// did. While a stale attempt still holds a live lease it fails retryably,
+// waiting no less than the lease's remaining time.
+func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, error) {
+	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
+		return "", invalid(err)
+	}
+	msg := in.Error
+	if len(msg) > 4000 {
+		msg = msg[:4000] + "…"
+	}
+	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, strings.ToValidUTF8(msg, ""))
+	if err != nil {
+		return "", reserveError(err)
+	}
+	return state, nil
+}

@@ -1,0 +1,145 @@
+// Package config reads supportflow's settings from the environment. Every
+// setting is an environment variable with a documented default; secrets are
+// read here and never logged (Redacted shows what is safe to print).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// Var documents one environment variable.
+type Var struct {
+	Name, Default, Help string
+	Secret              bool
+}
+
+// Vars lists every variable the worker reads, for --help and the README.
+var Vars = []Var{
+	{Name: "DATABASE_URL", Help: "PostgreSQL connection URL (required)", Secret: true},
+	{Name: "TEMPORAL_ADDRESS", Default: "localhost:7233", Help: "Temporal frontend host:port"},
+	{Name: "TEMPORAL_NAMESPACE", Default: "default", Help: "Temporal namespace"},
+	{Name: "ZENDESK_URL", Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
+	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
+	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
+	{Name: "ZENDESK_API_TOKEN", Help: "Zendesk API token (required)", Secret: true},
+	{Name: "SUBSCRIPTIONS_URL", Help: "subscription service base URL (required)"},
+	{Name: "SUBSCRIPTIONS_TOKEN", Help: "subscription service bearer token (required)", Secret: true},
+	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
+	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
+	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
+}
+
+// Worker is the worker's configuration.
+type Worker struct {
+	DatabaseURL        string
+	TemporalAddress    string
+	TemporalNamespace  string
+	ZendeskURL         string
+	ZendeskSubdomain   string
+	ZendeskEmail       string
+	ZendeskAPIToken    string
+	SubscriptionsURL   string
+	SubscriptionsToken string
+	Account            string
+	DrainTimeout       time.Duration
+	LogLevel           string
+	Durations          policy.Durations
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("configuration")
+
+// LoadWorker reads the worker's configuration. It reports every missing or
+// malformed variable at once, by name, never by value.
+func LoadWorker() (Worker, error) {
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	c := Worker{
+		DatabaseURL:        get("DATABASE_URL", ""),
+		TemporalAddress:    get("TEMPORAL_ADDRESS", "localhost:7233"),
+		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
+		ZendeskURL:         get("ZENDESK_URL", ""),
+		ZendeskSubdomain:   get("ZENDESK_SUBDOMAIN", ""),
+		ZendeskEmail:       get("ZENDESK_EMAIL", ""),
+		ZendeskAPIToken:    os.Getenv("ZENDESK_API_TOKEN"),
+		SubscriptionsURL:   get("SUBSCRIPTIONS_URL", ""),
+		SubscriptionsToken: os.Getenv("SUBSCRIPTIONS_TOKEN"),
+		Account:            get("SUPPORTFLOW_ACCOUNT", ""),
+		LogLevel:           get("SUPPORTFLOW_LOG_LEVEL", "info"),
+	}
+	var errs []error
+	missing := func(name, v string) {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%w: %s is required", ErrConfig, name))
+		}
+	}
+	missing("DATABASE_URL", c.DatabaseURL)
+	missing("ZENDESK_EMAIL", c.ZendeskEmail)
+	missing("ZENDESK_API_TOKEN", c.ZendeskAPIToken)
+	missing("SUBSCRIPTIONS_URL", c.SubscriptionsURL)
+	missing("SUBSCRIPTIONS_TOKEN", c.SubscriptionsToken)
+	if c.ZendeskURL == "" && c.ZendeskSubdomain == "" {
+		errs = append(errs, fmt.Errorf("%w: ZENDESK_URL or ZENDESK_SUBDOMAIN is required", ErrConfig))
+	}
+	if c.Account == "" {
+		c.Account = c.ZendeskSubdomain
+		if c.Account == "" && c.ZendeskURL != "" {
+			if u, err := url.Parse(c.ZendeskURL); err == nil {
+				c.Account = u.Host
+			}
+		}
+	}
+	drain, err := time.ParseDuration(get("SUPPORTFLOW_DRAIN_TIMEOUT", "30s"))
+	if err != nil || drain < 0 {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_DRAIN_TIMEOUT must be a non-negative duration", ErrConfig))
+	}
+	c.DrainTimeout = drain
+	c.Durations, err = policy.FromEnv()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}
+
+// PrintHelp writes every variable with its default and meaning.
+func PrintHelp(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	for _, v := range Vars {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, or(v.Default, "-"), v.Help)
+	}
+	for _, e := range policy.Env {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, e.Default, e.Help)
+	}
+	tw.Flush()
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// NewLogger returns the structured JSON logger every binary uses.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+)
+
+// RetryAfter is implemented by errors that carry a server's Retry-After
+// (a 429). The next attempt waits at least that long.
+type RetryAfter interface {
+	RetryAfterDelay() time.Duration
+}
+
+// NewRetryInterceptor returns the worker interceptor that sets the next
+// retry delay of every retryable activity failure from the one policy:
+// RetryDelay for the attempt that failed, raised to the error's Retry-After
+// when it has one. Non-retryable errors and cancellations pass through
+// untouched. Register it on every worker (and test environment).
+func NewRetryInterceptor(d Durations) interceptor.WorkerInterceptor {
+	return &retryInterceptor{d: d, rand: rand.Float64}
+}
+
+type retryInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	d    Durations
+	rand func() float64
+}
+
+func (r *retryInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &retryActivityInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, r: r}
+}
+
+type retryActivityInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	r *retryInterceptor
+}
+
+func (a *retryActivityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	res, err := a.Next.ExecuteActivity(ctx, in)
+	if err == nil {
+		return res, nil
+	}
+	return res, a.r.annotate(err, activity.GetInfo(ctx).Attempt)
+}
+
+// annotate returns err with its next retry delay set, or err unchanged when
+// it will not be retried.
+func (r *retryInterceptor) annotate(err error, attempt int32) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	var appErr *temporal.ApplicationError
+	isApp := errors.As(err, &appErr)
+	if isApp && appErr.NonRetryable() {
+		return err
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return err
+	}
+	delay := r.d.RetryDelay(attempt, r.rand())
+	var ra RetryAfter
+	if errors.As(err, &ra) && ra.RetryAfterDelay() > delay {
+		delay = ra.RetryAfterDelay()
+	}
+	// Like the SDK, name a plain error's type after its Go type.
+	typ, cause := fmt.Sprintf("%T", err), err
+	if isApp && appErr == err {
+		// Keep the activity's own error type so callers can still match on
+		// it; its cause is the original chain.
+		typ, cause = appErr.Type(), errors.Unwrap(appErr)
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
+		NextRetryDelay: delay,
+		Cause:          cause,
+	})
+}

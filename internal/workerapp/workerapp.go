@@ -1,0 +1,100 @@
+// Package workerapp wires supportflow's worker: it migrates the database,
+// builds every client from the configuration, registers the workflows and
+// activities with the retry interceptor, and runs until its context ends,
+// letting running activities drain.
+package workerapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+	"github.com/supportflow/supportflow/workflows"
+)
+
+// Run runs a worker until ctx ends. Configuration errors are returned
+// before anything connects.
+func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
+	version, err := migrations.MigrateURL(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	logger.Info("database migrated", "schema_version", version)
+
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+
+	httpClient := &http.Client{} // per-call deadlines come from contexts
+	zd, err := zendeskclient.New(zendeskclient.Config{
+		URL: cfg.ZendeskURL, Subdomain: cfg.ZendeskSubdomain,
+		Email: cfg.ZendeskEmail, APIToken: cfg.ZendeskAPIToken, HTTPClient: httpClient,
+	})
+	if err != nil {
+		return err
+	}
+	subs, err := subscriptions.New(cfg.SubscriptionsURL, cfg.SubscriptionsToken, httpClient)
+	if err != nil {
+		return err
+	}
+
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.TemporalNamespace,
+		Logger:    sdklog.NewStructuredLogger(logger),
+	})
+	if err != nil {
+		return fmt.Errorf("temporal: %w", err)
+	}
+	defer c.Close()
+
+	w := worker.New(c, supportflow.TaskQueue, Options(cfg))
+	(&workflows.Workflows{Durations: cfg.Durations}).Register(w)
+	w.RegisterActivity(&activities.Activities{
+		Zendesk:       zd,
+		Subscriptions: subs,
+		Ledger:        ledger.New(pool, cfg.Account),
+		Durations:     cfg.Durations,
+		Logger:        logger,
+	})
+	logger.Info("worker starting", "task_queue", supportflow.TaskQueue, "temporal", cfg.TemporalAddress,
+		"namespace", cfg.TemporalNamespace, "account", cfg.Account)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	<-ctx.Done()
+	logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
+	w.Stop()
+	logger.Info("worker stopped")
+	return nil
+}
+
+// Options are the worker options every supportflow worker (and test
+// environment) uses: the retry interceptor, heartbeats sent at the
+// configured interval rather than throttled to 80% of the timeout, and the
+// drain timeout.
+func Options(cfg config.Worker) worker.Options {
+	d := cfg.Durations.Fill()
+	return worker.Options{
+		Interceptors:                 []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(d)},
+		MaxHeartbeatThrottleInterval: d.HeartbeatInterval,
+		WorkerStopTimeout:            cfg.DrainTimeout,
+	}
+}

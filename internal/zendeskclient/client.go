@@ -1,0 +1,247 @@
+// Package zendeskclient is supportflow's Zendesk client: go-zendesk
+// (github.com/nukosuke/go-zendesk v0.18.0) pointed at an account, plus the
+// two calls the ledger's exactly-once protocol needs that go-zendesk does
+// not type: a ticket update carrying audit metadata, and a search of a
+// ticket's audits for that metadata.
+//
+// Like go-zendesk it never retries: a failure surfaces to the activity and
+// is retried under the one policy. Errors say what the caller can do next
+// (Permanent, MayHaveLanded, RetryAfterDelay).
+package zendeskclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nukosuke/go-zendesk/zendesk"
+
+	"github.com/supportflow/supportflow"
+)
+
+// Config says which Zendesk account to talk to and how to authenticate.
+type Config struct {
+	// URL is the API base, e.g. "https://acme.zendesk.com" or a stand-in's
+	// address; "/api/v2" is appended when missing. Empty means
+	// https://{Subdomain}.zendesk.com.
+	URL string
+	// Subdomain is the account's subdomain; required when URL is empty.
+	Subdomain string
+	// Email and APIToken authenticate with Zendesk's API-token scheme.
+	// Both are required. The token is never logged or put in an error.
+	Email, APIToken string
+	// HTTPClient is used for every call; nil means a client without an
+	// overall timeout (every call carries its context's deadline).
+	HTTPClient *http.Client
+}
+
+// Client talks to one Zendesk account.
+type Client struct {
+	api *zendesk.Client
+}
+
+// New builds a client. It fails on a missing credential or a bad URL.
+func New(cfg Config) (*Client, error) {
+	if cfg.Email == "" || cfg.APIToken == "" {
+		return nil, errors.New("zendeskclient: ZENDESK_EMAIL and ZENDESK_API_TOKEN are required")
+	}
+	api, err := zendesk.NewClient(cfg.HTTPClient)
+	if err != nil {
+		return nil, fmt.Errorf("zendeskclient: %w", err)
+	}
+	switch {
+	case cfg.URL != "":
+		u := strings.TrimRight(cfg.URL, "/")
+		if !strings.HasSuffix(u, "/api/v2") {
+			u += "/api/v2"
+		}
+		if err := api.SetEndpointURL(u); err != nil {
+			return nil, fmt.Errorf("zendeskclient: bad URL %q: %w", cfg.URL, err)
+		}
+	case cfg.Subdomain != "":
+		if err := api.SetSubdomain(cfg.Subdomain); err != nil {
+			return nil, fmt.Errorf("zendeskclient: bad subdomain %q: %w", cfg.Subdomain, err)
+		}
+	default:
+		return nil, errors.New("zendeskclient: ZENDESK_URL or ZENDESK_SUBDOMAIN is required")
+	}
+	api.SetCredential(zendesk.NewAPITokenCredential(cfg.Email, cfg.APIToken))
+	return &Client{api: api}, nil
+}
+
+// API exposes the underlying go-zendesk client for typed calls.
+func (c *Client) API() *zendesk.Client { return c.api }
+
+// MetadataKey is the audit metadata field that carries an action key.
+// Zendesk stores a ticket update's metadata on the audit it creates, under
+// metadata.custom.
+const MetadataKey = "supportflow_action_key"
+
+// Landed identifies a comment on a ticket.
+type Landed struct {
+	AuditID   int64
+	CommentID int64
+}
+
+// PostComment adds comment to the ticket with actionKey in the update's
+// audit metadata, so that a later attempt can find it (FindAction) even if
+// this call's response is lost. Zendesk does not deduplicate: calling it
+// twice posts twice.
+func (c *Client) PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string) (Landed, error) {
+	payload := map[string]any{
+		"ticket": map[string]any{
+			"comment":  map[string]any{"body": comment.Body, "public": comment.Public},
+			"metadata": map[string]any{MetadataKey: actionKey},
+		},
+	}
+	body, err := c.api.Put(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", payload)
+	if err != nil {
+		return Landed{}, classify(ctx, "post comment on ticket "+strconv.FormatInt(ticketID, 10), err, true)
+	}
+	var resp struct {
+		Audit auditJSON `json:"audit"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		// The write landed; only its answer is unreadable.
+		return Landed{}, &Error{Op: "post comment", MayLand: true, Err: fmt.Errorf("decode response: %w", err)}
+	}
+	l, ok := resp.Audit.landed()
+	if !ok {
+		return Landed{}, &Error{Op: "post comment", MayLand: true, Err: errors.New("response has no comment event")}
+	}
+	return l, nil
+}
+
+// FindAction searches the ticket's audits for one whose metadata carries
+// actionKey and returns its comment. found is false when no audit has it.
+func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string) (l Landed, found bool, err error) {
+	for page := 1; ; page++ {
+		audits, p, err := c.api.GetTicketAudits(ctx, ticketID, zendesk.PageOptions{PerPage: 100, Page: page})
+		if err != nil {
+			return Landed{}, false, classify(ctx, "list audits of ticket "+strconv.FormatInt(ticketID, 10), err, false)
+		}
+		for _, a := range audits {
+			if metadataKey(a.Metadata) != actionKey {
+				continue
+			}
+			raw, err := json.Marshal(a)
+			if err != nil {
+				return Landed{}, false, err
+			}
+			var aj auditJSON
+			if err := json.Unmarshal(raw, &aj); err != nil {
+				return Landed{}, false, err
+			}
+			if l, ok := aj.landed(); ok {
+				return l, true, nil
+			}
+		}
+		if !p.HasNext() || len(audits) == 0 {
+			return Landed{}, false, nil
+		}
+	}
+}
+
+func metadataKey(md any) string {
+	m, _ := md.(map[string]any)
+	custom, _ := m["custom"].(map[string]any)
+	k, _ := custom[MetadataKey].(string)
+	return k
+}
+
+type auditJSON struct {
+	ID     int64 `json:"id"`
+	Events []struct {
+		ID   int64  `json:"id"`
+		Type string `json:"type"`
+	} `json:"events"`
+}
+
+func (a auditJSON) landed() (Landed, bool) {
+	for _, e := range a.Events {
+		if e.Type == "Comment" && e.ID != 0 {
+			return Landed{AuditID: a.ID, CommentID: e.ID}, true
+		}
+	}
+	return Landed{}, false
+}
+
+// Error is a failed Zendesk call, classified by what the caller can do
+// next.
+type Error struct {
+	Op string
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
+	// RetryAfter is the server's Retry-After on a 429 or 503.
+	RetryAfter time.Duration
+	// MayLand is true when the request may have been applied although it
+	// failed (no response, a 5xx, an unreadable answer to a write).
+	MayLand bool
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("zendesk: %s: HTTP %d: %v", e.Op, e.Status, e.Err)
+	}
+	return fmt.Sprintf("zendesk: %s: %v", e.Op, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Permanent reports whether the same request can never succeed: 400, 401,
+// 403, 404, 413 and 422. Retrying it only repeats the failure.
+func (e *Error) Permanent() bool {
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
+		http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// MayHaveLanded reports whether a write may have taken effect.
+func (e *Error) MayHaveLanded() bool { return e.MayLand }
+
+// RetryAfterDelay is the wait the server asked for (0 when none).
+func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
+
+func classify(ctx context.Context, op string, err error, write bool) error {
+	var zerr zendesk.Error
+	if errors.As(err, &zerr) {
+		e := &Error{Op: op, Status: zerr.Status(), Err: errors.New(truncate(zerr.Error(), 512))}
+		e.RetryAfter = parseRetryAfter(zerr.Headers().Get("Retry-After"), time.Now())
+		e.MayLand = write && zerr.Status() >= 500 && zerr.Status() != http.StatusServiceUnavailable
+		return e
+	}
+	// No answer: the request may or may not have been applied.
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+	}
+	return &Error{Op: op, MayLand: write, Err: err}
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

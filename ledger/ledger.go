@@ -1,0 +1,484 @@
+// Package ledger is supportflow's PostgreSQL action ledger. It makes the
+// Zendesk and cancellation activities safe to replay: Zendesk does not
+// deduplicate writes, Temporal runs activities at least once, and a stale
+// attempt can still be running while its retry starts, so the
+// deduplication happens here, before every external call.
+//
+// Each action of an approved proposal has one row keyed
+// "{proposalId}:{actionIndex}", unique per account, moving
+// pending -> applying -> applied | partial_failure | failed. An attempt
+// claims the row (Reserve) with a lease that its heartbeat extends for as
+// long as it works; every write after the claim is fenced on id, claimant
+// and state 'applying' and reports whether it won. Only 'applied'
+// deduplicates a re-run: a re-run of a partial_failure skips the comment
+// that landed and the subscriptions already cancelled.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/supportflow/supportflow"
+)
+
+// DB is what the ledger needs from a pool: a transaction and plain
+// statements. *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var _ DB = (*pgxpool.Pool)(nil)
+
+// Ledger reads and writes the action ledger of one account.
+type Ledger struct {
+	db      DB
+	account string
+}
+
+// New returns the ledger of account (for example the Zendesk subdomain)
+// on db. An empty account is a programming error and panics.
+func New(db DB, account string) *Ledger {
+	if account == "" {
+		panic("ledger: empty account")
+	}
+	return &Ledger{db: db, account: account}
+}
+
+// Account returns the account the ledger writes for.
+func (l *Ledger) Account() string { return l.account }
+
+// TicketLockKey is the pg_advisory_xact_lock key of one ticket of one
+// account. Action reservation and the ticket-mirror writer both take it,
+// so a reservation serializes against mirror writes for the same ticket.
+// It is a 64-bit FNV-1a hash of a namespaced string, so it does not collide
+// with other advisory locks in practice (tern's migration lock included).
+func TicketLockKey(account string, ticketID int64) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("supportflow/ticket/"))
+	h.Write([]byte(account))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(ticketID, 10)))
+	return int64(h.Sum64())
+}
+
+// ErrLeaseHeld is returned by Reserve (wrapped in a *LeaseHeldError) when
+// another claimant holds a live lease on the action. The caller backs off
+// and tries again; the lease lapses only if that claimant stops.
+var ErrLeaseHeld = errors.New("ledger: action is being applied by another live claimant")
+
+// LeaseHeldError says who holds the action and for how much longer.
+type LeaseHeldError struct {
+	Key       string
+	Claimant  string
+	ExpiresIn time.Duration
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("ledger: action %s is held by %s for another %s", e.Key, e.Claimant, e.ExpiresIn.Round(time.Millisecond))
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
+
+// RetryAfterDelay is the soonest a retry can succeed: when the lease lapses
+// (if its holder has stopped extending it).
+func (e *LeaseHeldError) RetryAfterDelay() time.Duration { return e.ExpiresIn }
+
+// ErrConflict is returned when a key is reserved with a different ticket
+// or legs than the row already recorded: two different proposals share an
+// ID. It is permanent.
+var ErrConflict = errors.New("ledger: action key already recorded with different content")
+
+// ErrNotFound is returned by Get for a key with no row.
+var ErrNotFound = errors.New("ledger: no such action")
+
+// ReserveRequest describes the action an attempt wants to claim.
+type ReserveRequest struct {
+	Key           string
+	TicketID      int64
+	HasComment    bool
+	Subscriptions []string
+	// Claimant identifies the attempt (workflow, activity and attempt
+	// number); it must differ between attempts so that fencing can tell a
+	// stale attempt from its successor.
+	Claimant string
+	// Lease is how long the claim stays live without ExtendLease.
+	Lease time.Duration
+}
+
+// Reservation is the result of a successful Reserve.
+type Reservation struct {
+	ID int64
+	// Applied is true when the action is already applied: the caller does
+	// nothing (deduplicated) and holds no claim.
+	Applied bool
+	// PriorAttempts counts the claims before this one. When it is > 0 an
+	// earlier attempt may have written to Zendesk without recording it, so
+	// the caller must look for its audit before posting.
+	PriorAttempts int
+	// TookOver is true when this claim replaced another claimant's expired
+	// lease.
+	TookOver bool
+	// AuditID and CommentID are non-zero once the comment is known to have
+	// landed.
+	AuditID, CommentID int64
+	// Cancelled lists the subscriptions whose cancellation already
+	// succeeded; the caller passes only the rest to the service.
+	Cancelled []string
+}
+
+// CommentLanded reports whether the Zendesk leg is done.
+func (r Reservation) CommentLanded() bool { return r.CommentID != 0 }
+
+// Reserve claims an action for req.Claimant, creating its row (and one
+// cancellation row per subscription) on first use, under the ticket's
+// advisory lock. It returns Applied=true without a claim when the action
+// is applied, a *LeaseHeldError when another claimant's lease is live, and
+// otherwise a claim: state 'applying', attempts+1, lease set.
+func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, error) {
+	proposalID, index, err := supportflow.ParseActionKey(req.Key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if req.Claimant == "" || req.Lease <= 0 {
+		return Reservation{}, fmt.Errorf("%w: reserve %s needs a claimant and a positive lease", supportflow.ErrInvalidInput, req.Key)
+	}
+	var res Reservation
+	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, req.TicketID)); err != nil {
+			return err
+		}
+		var (
+			ticketID   int64
+			hasComment bool
+			state      string
+			claimant   *string
+			remaining  *time.Duration
+			attempts   int
+			auditID    *int64
+			commentID  *int64
+		)
+		// Insert-if-absent then read back under a row lock: one statement
+		// for the common first reservation, and correct when 50 attempts
+		// race for the same key.
+		err := tx.QueryRow(ctx, `
+WITH ins AS (
+    INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (account, key) DO NOTHING
+    RETURNING id
+)
+SELECT id FROM ins
+UNION ALL
+SELECT id FROM action WHERE account = $1 AND key = $2
+LIMIT 1`, l.account, req.Key, proposalID, index, req.TicketID, req.HasComment).Scan(&res.ID)
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `
+SELECT ticket_id, has_comment, state, claimant,
+       CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
+       attempts, zendesk_audit_id, zendesk_comment_id
+FROM action WHERE id = $1 FOR UPDATE`, res.ID).Scan(
+			&ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID)
+		if err != nil {
+			return err
+		}
+		if ticketID != req.TicketID || hasComment != req.HasComment {
+			return fmt.Errorf("%w: %s is ticket %d (comment %t), asked for ticket %d (comment %t)",
+				ErrConflict, req.Key, ticketID, hasComment, req.TicketID, req.HasComment)
+		}
+		if state == supportflow.StateApplied {
+			res.Applied = true
+			return nil
+		}
+		if state == supportflow.StateApplying && remaining != nil && claimant != nil && *claimant != req.Claimant {
+			return &LeaseHeldError{Key: req.Key, Claimant: *claimant, ExpiresIn: *remaining}
+		}
+		res.TookOver = state == supportflow.StateApplying && claimant != nil && *claimant != req.Claimant && remaining == nil
+		res.PriorAttempts = attempts
+		if auditID != nil {
+			res.AuditID = *auditID
+		}
+		if commentID != nil {
+			res.CommentID = *commentID
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE action SET state = 'applying', claimant = $2, lease_expires_at = now() + $3::interval,
+       attempts = attempts + 1, updated_at = now(), settled_at = NULL
+WHERE id = $1`, res.ID, req.Claimant, req.Lease); err != nil {
+			return err
+		}
+		if len(req.Subscriptions) > 0 {
+			if _, err := tx.Exec(ctx, `
+INSERT INTO action_cancellation (action_id, subscription_id, position)
+SELECT $1, s, p - 1 FROM unnest($2::text[]) WITH ORDINALITY AS t(s, p)
+ON CONFLICT (action_id, subscription_id) DO NOTHING`, res.ID, req.Subscriptions); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, `
+SELECT subscription_id FROM action_cancellation
+WHERE action_id = $1 AND state = 'cancelled' ORDER BY position`, res.ID)
+		if err != nil {
+			return err
+		}
+		res.Cancelled, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return Reservation{}, fmt.Errorf("ledger: reserve %s: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// fenced is the condition every write after the claim carries.
+const fenced = `id = $1 AND claimant = $2 AND state = 'applying'`
+
+// ExtendLease pushes the claim's expiry to now()+lease. It returns false,
+// and changes nothing, when the claimant no longer holds the action; the
+// caller must then stop working.
+func (l *Ledger) ExtendLease(ctx context.Context, id int64, claimant string, lease time.Duration) (bool, error) {
+	tag, err := l.db.Exec(ctx, `UPDATE action SET lease_expires_at = now() + $3::interval WHERE `+fenced, id, claimant, lease)
+	if err != nil {
+		return false, fmt.Errorf("ledger: extend lease of %d: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// finish is the tail of a fenced write that ends an attempt's work on a
+// leg: the action becomes 'applied' when its comment (if any) landed and
+// every cancellation succeeded; otherwise it stays 'applying' with the
+// lease released, so the next leg or attempt can claim it at once.
+const finish = `
+state = CASE WHEN (NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
+               AND NOT EXISTS (SELECT 1 FROM action_cancellation c
+                               WHERE c.action_id = action.id AND c.state <> 'cancelled')
+             THEN 'applied' ELSE 'applying' END,
+lease_expires_at = NULL,
+settled_at = CASE WHEN (NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
+               AND NOT EXISTS (SELECT 1 FROM action_cancellation c
+                               WHERE c.action_id = action.id AND c.state <> 'cancelled')
+             THEN now() END,
+updated_at = now()`
+
+// RecordComment records that the comment landed (audit and comment IDs)
+// and ends the Zendesk leg: the action is applied if nothing else is left,
+// else its lease is released for the cancellation leg. A comment already
+// recorded keeps its IDs. It returns the resulting state, or won=false and
+// no change when the claim was lost.
+func (l *Ledger) RecordComment(ctx context.Context, id int64, claimant string, auditID, commentID int64) (state string, won bool, err error) {
+	err = l.db.QueryRow(ctx, `
+UPDATE action SET zendesk_audit_id = COALESCE(zendesk_audit_id, $4),
+       zendesk_comment_id = COALESCE(zendesk_comment_id, $3),
+       comment_landed_at = COALESCE(comment_landed_at, now()),
+       last_error = NULL, `+finish+`
+WHERE `+fenced+` RETURNING state`, id, claimant, commentID, auditID).Scan(&state)
+	return l.fencedResult(state, err, "record comment", id)
+}
+
+// Finish ends the attempt's work without a new comment: applied when
+// nothing is left, else the lease is released (with errMsg, if any, kept as
+// the last error).
+func (l *Ledger) Finish(ctx context.Context, id int64, claimant, errMsg string) (state string, won bool, err error) {
+	err = l.db.QueryRow(ctx, `
+UPDATE action SET last_error = NULLIF($4, ''), `+finish+`
+WHERE `+fenced+` RETURNING state`, id, claimant, nil, errMsg).Scan(&state)
+	return l.fencedResult(state, err, "finish", id)
+}
+
+func (l *Ledger) fencedResult(state string, err error, op string, id int64) (string, bool, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("ledger: %s %d: %w", op, id, err)
+	}
+	return state, true, nil
+}
+
+// CancellationOutcome is what one call to the subscription service ended
+// with.
+type CancellationOutcome struct {
+	// Cancelled is true when the subscription is now cancelled (including
+	// when it already was).
+	Cancelled        bool
+	AlreadyCancelled bool
+	// Error is the failure, when Cancelled is false.
+	Error string
+}
+
+// RecordCancellation writes the outcome of one call for one subscription,
+// fenced on the claim. A recorded success is never overwritten. It returns
+// false, and changes nothing, when the claim was lost.
+func (l *Ledger) RecordCancellation(ctx context.Context, id int64, claimant, subscriptionID string, o CancellationOutcome) (bool, error) {
+	state := "failed"
+	if o.Cancelled {
+		state = "cancelled"
+	}
+	tag, err := l.db.Exec(ctx, `
+UPDATE action_cancellation c
+SET state = CASE WHEN c.state = 'cancelled' THEN c.state ELSE $4 END,
+    already_cancelled = c.already_cancelled OR $5,
+    calls = c.calls + 1,
+    last_error = NULLIF($6, ''),
+    updated_at = now()
+FROM action a
+WHERE c.action_id = a.id AND c.subscription_id = $3
+  AND a.id = $1 AND a.claimant = $2 AND a.state = 'applying'`,
+		id, claimant, subscriptionID, state, o.AlreadyCancelled, o.Error)
+	if err != nil {
+		return false, fmt.Errorf("ledger: record cancellation %s of %d: %w", subscriptionID, id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SettleFailed ends an action whose last attempt failed: 'partial_failure'
+// when some effect landed (the comment, or at least one cancellation),
+// 'failed' when none did. It is the one place a failure becomes terminal
+// and is called by the workflow once retries are over. It refuses, with a
+// *LeaseHeldError, while a live claimant still works the action (a stale
+// attempt), and returns the state unchanged for an action already
+// terminal. An action never reserved gets a row, so its failure is
+// visible too.
+func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string) (string, error) {
+	proposalID, index, err := supportflow.ParseActionKey(key)
+	if err != nil {
+		return "", err
+	}
+	var state string
+	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, key) DO NOTHING`,
+			l.account, key, proposalID, index, ticketID, hasComment); err != nil {
+			return err
+		}
+		var (
+			id        int64
+			claimant  *string
+			remaining *time.Duration
+		)
+		if err := tx.QueryRow(ctx, `
+SELECT id, state, claimant, CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END
+FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, key).Scan(&id, &state, &claimant, &remaining); err != nil {
+			return err
+		}
+		switch state {
+		case supportflow.StateApplied, supportflow.StateFailed, supportflow.StatePartialFailure:
+			return nil
+		}
+		if remaining != nil {
+			return &LeaseHeldError{Key: key, Claimant: deref(claimant), ExpiresIn: *remaining}
+		}
+		return tx.QueryRow(ctx, `
+UPDATE action SET
+  state = CASE WHEN zendesk_comment_id IS NOT NULL
+                 OR EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'cancelled')
+               THEN 'partial_failure' ELSE 'failed' END,
+  last_error = COALESCE(NULLIF($2, ''), last_error),
+  lease_expires_at = NULL, settled_at = now(), updated_at = now()
+WHERE id = $1 RETURNING state`, id, errMsg).Scan(&state)
+	})
+	if err != nil {
+		return "", fmt.Errorf("ledger: settle %s: %w", key, err)
+	}
+	return state, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Action is one ledger row with its cancellations, as operators and the
+// API see it.
+type Action struct {
+	ID             int64
+	Account, Key   string
+	ProposalID     string
+	Index          int
+	TicketID       int64
+	HasComment     bool
+	State          string
+	Claimant       string
+	LeaseExpiresAt *time.Time
+	Attempts       int
+	LastError      string
+	AuditID        int64
+	CommentID      int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	SettledAt      *time.Time
+	Cancellations  []Cancellation
+}
+
+// Cancellation is one action_cancellation row.
+type Cancellation struct {
+	SubscriptionID   string
+	State            string
+	AlreadyCancelled bool
+	Calls            int
+	LastError        string
+}
+
+// Get reads one action and its cancellations. A malformed key is an error
+// wrapping supportflow.ErrInvalidInput; an unknown one wraps ErrNotFound.
+func (l *Ledger) Get(ctx context.Context, key string) (Action, error) {
+	if _, _, err := supportflow.ParseActionKey(key); err != nil {
+		return Action{}, err
+	}
+	var (
+		a                   Action
+		claimant, lastError *string
+		auditID, commentID  *int64
+	)
+	err := l.db.QueryRow(ctx, `
+SELECT id, account, key, proposal_id, action_index, ticket_id, has_comment, state, claimant,
+       lease_expires_at, attempts, last_error, zendesk_audit_id, zendesk_comment_id,
+       created_at, updated_at, settled_at
+FROM action WHERE account = $1 AND key = $2`, l.account, key).Scan(
+		&a.ID, &a.Account, &a.Key, &a.ProposalID, &a.Index, &a.TicketID, &a.HasComment, &a.State, &claimant,
+		&a.LeaseExpiresAt, &a.Attempts, &lastError, &auditID, &commentID,
+		&a.CreatedAt, &a.UpdatedAt, &a.SettledAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Action{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return Action{}, fmt.Errorf("ledger: get %s: %w", key, err)
+	}
+	a.Claimant, a.LastError = deref(claimant), deref(lastError)
+	if auditID != nil {
+		a.AuditID = *auditID
+	}
+	if commentID != nil {
+		a.CommentID = *commentID
+	}
+	rows, err := l.db.Query(ctx, `
+SELECT subscription_id, state, already_cancelled, calls, COALESCE(last_error, '')
+FROM action_cancellation WHERE action_id = $1 ORDER BY position`, a.ID)
+	if err != nil {
+		return Action{}, fmt.Errorf("ledger: get %s cancellations: %w", key, err)
+	}
+	a.Cancellations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cancellation, error) {
+		var c Cancellation
+		err := r.Scan(&c.SubscriptionID, &c.State, &c.AlreadyCancelled, &c.Calls, &c.LastError)
+		return c, err
+	})
+	if err != nil {
+		return Action{}, fmt.Errorf("ledger: get %s cancellations: %w", key, err)
+	}
+	return a, nil
+}

@@ -1,0 +1,206 @@
+// Package supportflow holds every name the Temporal engine knows about
+// (task queue, workflow types and IDs, queries) and the payload types that
+// cross the boundary between the app, the workflows and the activities.
+// It is deliberately small and dependency-free so that the app, the worker
+// and the tests all read the same names from one place.
+package supportflow
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// TaskQueue is the one task queue the supportflow worker polls.
+const TaskQueue = "supportflow"
+
+// Workflow type names. They are registered explicitly so that renaming a Go
+// function never silently renames a workflow type with open executions.
+const (
+	ExecuteProposalWorkflow = "ExecuteProposal"
+)
+
+// Query names.
+const (
+	// ActionsQuery returns []ActionStatus for an ExecuteProposal workflow.
+	ActionsQuery = "actions"
+)
+
+// Application error types: what a caller sees in a failed workflow or
+// activity and can match on with temporal.ApplicationError.Type().
+const (
+	// ErrTypeInvalidInput marks bad input; never retried.
+	ErrTypeInvalidInput = "InvalidInput"
+	// ErrTypeRejected marks a permanent refusal by Zendesk or the
+	// subscription service (404, 422 ...); never retried.
+	ErrTypeRejected = "Rejected"
+	// ErrTypeLeaseHeld marks an attempt that found another live claimant
+	// working the action; retried after backoff.
+	ErrTypeLeaseHeld = "LeaseHeld"
+	// ErrTypeLostClaim marks an attempt whose claim was taken over while it
+	// worked; it stopped without writing. Retried (and then deduplicated).
+	ErrTypeLostClaim = "LostClaim"
+	// ErrTypeActionFailed marks an ExecuteProposal that ended with an action
+	// in failed or partial_failure.
+	ErrTypeActionFailed = "ActionFailed"
+)
+
+// ExecuteWorkflowID is the workflow ID of a proposal's execution. It is
+// derived from business identity so that a second approval of the same
+// proposal joins the running execution instead of starting another one.
+func ExecuteWorkflowID(proposalID string) string { return "execute/" + proposalID }
+
+// MaxCommentBytes is Zendesk's limit on a comment body (64 KiB). A longer
+// body is rejected before anything is written.
+const MaxCommentBytes = 64 * 1024
+
+// MaxActions bounds a proposal's actions so that a workflow's history stays
+// small; a proposal with more is rejected as invalid input.
+const MaxActions = 50
+
+// MaxSubscriptionsPerAction bounds the cancellation leg of one action.
+const MaxSubscriptionsPerAction = 50
+
+// Proposal is what a human approved: an ordered list of actions.
+type Proposal struct {
+	// ID identifies the proposal. It becomes part of the workflow ID and of
+	// every action key, so it is restricted to [A-Za-z0-9._-], 1-128 chars.
+	ID      string   `json:"id"`
+	Actions []Action `json:"actions"`
+}
+
+// Action is one step of a proposal: a Zendesk leg (an optional comment on
+// the ticket), then a cancellation leg (optional subscriptions to cancel).
+// At least one leg must be present.
+type Action struct {
+	TicketID int64 `json:"ticket_id"`
+	// Comment, when nil, skips the Zendesk leg.
+	Comment *Comment `json:"comment,omitempty"`
+	// CancelSubscriptions lists subscription IDs to cancel, in order. Empty
+	// skips the cancellation leg. Duplicates are rejected.
+	CancelSubscriptions []string `json:"cancel_subscriptions,omitempty"`
+}
+
+// Comment is a reply on a Zendesk ticket.
+type Comment struct {
+	Body string `json:"body"`
+	// Public is true for a reply the customer sees, false for an internal
+	// note.
+	Public bool `json:"public"`
+}
+
+// Action states, as stored in the ledger and reported by the actions query.
+const (
+	StatePending        = "pending"
+	StateApplying       = "applying"
+	StateApplied        = "applied"
+	StatePartialFailure = "partial_failure"
+	StateFailed         = "failed"
+)
+
+// ActionStatus is the state of one action as the workflow last saw it.
+type ActionStatus struct {
+	Key       string `json:"key"`
+	TicketID  int64  `json:"ticket_id"`
+	State     string `json:"state"`
+	Error     string `json:"error,omitempty"`
+	CommentID int64  `json:"comment_id,omitempty"`
+	// Cancelled lists the subscriptions whose cancellation is recorded as
+	// done.
+	Cancelled []string `json:"cancelled,omitempty"`
+}
+
+// ErrInvalidInput is wrapped by every validation error, so callers can
+// test with errors.Is.
+var ErrInvalidInput = errors.New("invalid input")
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidateProposalID reports whether id can be used in workflow IDs and
+// action keys.
+func ValidateProposalID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%w: proposal id %q must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalidInput, id)
+	}
+	return nil
+}
+
+// Validate checks a proposal before anything is started or written. Every
+// problem is reported as an error wrapping ErrInvalidInput.
+func (p Proposal) Validate() error {
+	if err := ValidateProposalID(p.ID); err != nil {
+		return err
+	}
+	if len(p.Actions) == 0 {
+		return fmt.Errorf("%w: proposal %s has no actions", ErrInvalidInput, p.ID)
+	}
+	if len(p.Actions) > MaxActions {
+		return fmt.Errorf("%w: proposal %s has %d actions, more than %d", ErrInvalidInput, p.ID, len(p.Actions), MaxActions)
+	}
+	for i, a := range p.Actions {
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("action %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Validate checks one action.
+func (a Action) Validate() error {
+	if a.TicketID <= 0 {
+		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, a.TicketID)
+	}
+	if a.Comment == nil && len(a.CancelSubscriptions) == 0 {
+		return fmt.Errorf("%w: action has neither a comment nor subscriptions to cancel", ErrInvalidInput)
+	}
+	if a.Comment != nil {
+		if strings.TrimSpace(a.Comment.Body) == "" {
+			return fmt.Errorf("%w: comment body is empty", ErrInvalidInput)
+		}
+		if len(a.Comment.Body) > MaxCommentBytes {
+			return fmt.Errorf("%w: comment body is %d bytes, over Zendesk's limit of %d", ErrInvalidInput, len(a.Comment.Body), MaxCommentBytes)
+		}
+	}
+	if len(a.CancelSubscriptions) > MaxSubscriptionsPerAction {
+		return fmt.Errorf("%w: %d subscriptions to cancel, more than %d", ErrInvalidInput, len(a.CancelSubscriptions), MaxSubscriptionsPerAction)
+	}
+	seen := make(map[string]bool, len(a.CancelSubscriptions))
+	for _, s := range a.CancelSubscriptions {
+		if !idPattern.MatchString(s) {
+			return fmt.Errorf("%w: subscription id %q must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalidInput, s)
+		}
+		if seen[s] {
+			return fmt.Errorf("%w: subscription %s listed twice", ErrInvalidInput, s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// ActionKey is the idempotency key of a proposal's i-th action:
+// "{proposalID}:{i}". It is derived from business identity, never from a
+// run ID, so it survives continue-as-new, resets and re-approvals.
+func ActionKey(proposalID string, index int) string {
+	return proposalID + ":" + strconv.Itoa(index)
+}
+
+// ParseActionKey splits a key made by ActionKey. A malformed key (missing
+// separator, bad proposal ID, negative or non-decimal index) is an error
+// wrapping ErrInvalidInput.
+func ParseActionKey(key string) (proposalID string, index int, err error) {
+	i := strings.LastIndexByte(key, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("%w: action key %q has no ':'", ErrInvalidInput, key)
+	}
+	proposalID, num := key[:i], key[i+1:]
+	if err := ValidateProposalID(proposalID); err != nil {
+		return "", 0, fmt.Errorf("action key %q: %w", key, err)
+	}
+	index, convErr := strconv.Atoi(num)
+	if convErr != nil || index < 0 || strconv.Itoa(index) != num || index >= MaxActions {
+		return "", 0, fmt.Errorf("%w: action key %q has a bad index %q", ErrInvalidInput, key, num)
+	}
+	return proposalID, index, nil
+}

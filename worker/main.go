@@ -1,0 +1,62 @@
+// Command worker runs supportflow's Temporal worker: drafting, execution
+// and enrichment workflows and their activities.
+//
+//	worker           run until SIGINT/SIGTERM (migrates the database first)
+//	worker migrate   apply database migrations and exit
+//	worker --help    list every environment variable
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/workerapp"
+	"github.com/supportflow/supportflow/migrations"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: worker [migrate]\n\nRuns the supportflow worker; `worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
+	config.PrintHelp(os.Stderr)
+}
+
+func run(args []string) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		usage()
+		return nil
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) > 0 && args[0] == "migrate" {
+		url := os.Getenv("DATABASE_URL")
+		if url == "" {
+			return fmt.Errorf("%w: DATABASE_URL is required", config.ErrConfig)
+		}
+		v, err := migrations.MigrateURL(ctx, url)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("database at schema version %d\n", v)
+		return nil
+	}
+	if len(args) > 0 {
+		usage()
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+	cfg, err := config.LoadWorker()
+	if err != nil {
+		return err
+	}
+	logger := config.NewLogger(os.Stderr, cfg.LogLevel)
+	return workerapp.Run(ctx, cfg, logger)
+}

@@ -1,0 +1,149 @@
+// Package workflows holds supportflow's Temporal workflows. They are
+// deterministic: every side effect is an activity, every timer a workflow
+// timer, and every duration comes from policy.Durations given at
+// registration.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// Workflows carries the durations its workflows arm. Register it with
+// Register; the zero value uses the product's defaults.
+type Workflows struct {
+	Durations policy.Durations
+}
+
+// Register registers every workflow under its stable name.
+func (w *Workflows) Register(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(w.ExecuteProposal, workflow.RegisterOptions{Name: supportflow.ExecuteProposalWorkflow})
+}
+
+func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }
+
+// a is the typed nil through which workflows name activities.
+var a *activities.Activities
+
+// activityOptions arms one activity call: a start-to-close deadline per
+// attempt (time waiting in the queue does not count), the heartbeat
+// timeout, and the one retry policy with the kind's attempt budget.
+func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, startToClose time.Duration, heartbeat bool) workflow.Context {
+	d := w.durations()
+	opts := workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		RetryPolicy:         d.RetryPolicy(kind),
+	}
+	if heartbeat {
+		opts.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	return workflow.WithActivityOptions(ctx, opts)
+}
+
+// PostReplyDeadline is PostReply's start-to-close timeout: it may search
+// the ticket's audits and then post, each bounded by the Zendesk call
+// timeout, plus a margin for its ledger writes.
+func PostReplyDeadline(d policy.Durations) time.Duration {
+	d = d.Fill()
+	return 2*d.ZendeskCallTimeout + d.DeadlineMargin
+}
+
+// CancelSubscriptionsDeadline is CancelSubscriptions' start-to-close
+// timeout: its calls are sequential, each bounded by the subscription call
+// timeout, plus a margin for the ledger writes.
+func CancelSubscriptionsDeadline(d policy.Durations, subscriptions int) time.Duration {
+	d = d.Fill()
+	return time.Duration(subscriptions)*d.SubscriptionCallTimeout + d.DeadlineMargin
+}
+
+// ExecuteProposal runs an approved proposal's actions in order, each
+// exactly once: the Zendesk leg (PostReply), then the cancellation leg
+// (CancelSubscriptions). Its workflow ID is ExecuteWorkflowID(proposal ID),
+// started with conflict policy USE_EXISTING so a second approval joins it.
+//
+// An action whose last attempt fails is settled in the ledger
+// (partial_failure or failed) and the workflow fails with an ActionFailed
+// error; later actions are not started, because a reply may promise what
+// an earlier action did. Bad input fails at once with InvalidInput and
+// writes nothing. The "actions" query returns every action's state.
+func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal) ([]supportflow.ActionStatus, error) {
+	statuses := make([]supportflow.ActionStatus, len(p.Actions))
+	for i, act := range p.Actions {
+		statuses[i] = supportflow.ActionStatus{Key: supportflow.ActionKey(p.ID, i), TicketID: act.TicketID, State: supportflow.StatePending}
+	}
+	if err := workflow.SetQueryHandler(ctx, supportflow.ActionsQuery, func() ([]supportflow.ActionStatus, error) {
+		return statuses, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return statuses, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	}
+	d := w.durations()
+	log := workflow.GetLogger(ctx)
+
+	for i, act := range p.Actions {
+		st := &statuses[i]
+		st.State = supportflow.StateApplying
+		in := activities.ActionInput{Key: st.Key, Action: act}
+		var legErr error
+		if act.Comment != nil {
+			var r activities.PostReplyResult
+			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+			legErr = workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
+			if legErr == nil {
+				st.CommentID = r.CommentID
+				log.Info("reply on ticket", "action_key", st.Key, "comment_id", r.CommentID, "source", r.Source)
+			}
+		}
+		if legErr == nil && len(act.CancelSubscriptions) > 0 {
+			var r activities.CancelResult
+			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
+			legErr = workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
+			st.Cancelled = r.Cancelled
+		}
+		if legErr == nil {
+			st.State = supportflow.StateApplied
+			continue
+		}
+		st.Error = errorMessage(legErr)
+		var state string
+		sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, HasComment: act.Comment != nil, Error: st.Error}
+		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
+			return statuses, err
+		}
+		st.State = state
+		if state == supportflow.StateApplied {
+			// A stale attempt finished the work after all.
+			st.Error = ""
+			continue
+		}
+		return statuses, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
+	}
+	return statuses, nil
+}
+
+// errorMessage is the innermost cause's message, which is what an operator
+// needs ("HTTP 404: ticket not found"), not the activity-task wrapper.
+func errorMessage(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Error()
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return timeout.Error()
+	}
+	return err.Error()
+}
