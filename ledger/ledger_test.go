@@ -1,0 +1,354 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const account = "acme"
+
+// newLedger returns a ledger on a fresh, migrated database of its own.
+func newLedger(t testing.TB) (*ledger.Ledger, *pgxpool.Pool) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	_, err := migrations.MigrateURL(context.Background(), url)
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 80
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return ledger.New(pool, account), pool
+}
+
+func req(key, claimant string, lease time.Duration, subs ...string) ledger.ReserveRequest {
+	return ledger.ReserveRequest{Key: key, TicketID: 42, HasComment: true, Subscriptions: subs, Claimant: claimant, Lease: lease}
+}
+
+func TestReserve_FiftyConcurrentReserversExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	const n = 50
+	var (
+		wg            sync.WaitGroup
+		mu            sync.Mutex
+		winners, held int
+		otherErrs     []error
+	)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := l.Reserve(ctx, req("p1:0", fmt.Sprintf("attempt-%d", i), time.Minute, "sub-a"))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners++
+			case errors.Is(err, ledger.ErrLeaseHeld):
+				held++
+			default:
+				otherErrs = append(otherErrs, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Empty(t, otherErrs)
+	assert.Equal(t, 1, winners, "exactly one reserver claims the action")
+	assert.Equal(t, n-1, held, "every other reserver finds a live lease")
+
+	a, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplying, a.State)
+	assert.Equal(t, 1, a.Attempts)
+	require.Len(t, a.Cancellations, 1, "one cancellation row per subscription, however many reservers")
+}
+
+func TestReserve_LiveLeaseIsNotTakenOver_ExpiredOneIs(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+
+	first, err := l.Reserve(ctx, req("p1:0", "A", 400*time.Millisecond))
+	require.NoError(t, err)
+	assert.Equal(t, 0, first.PriorAttempts)
+	assert.False(t, first.TookOver)
+
+	_, err = l.Reserve(ctx, req("p1:0", "B", time.Minute))
+	var held *ledger.LeaseHeldError
+	require.ErrorAs(t, err, &held, "a live lease of another claimant is not taken over")
+	assert.Equal(t, "A", held.Claimant)
+	assert.Greater(t, held.RetryAfterDelay(), time.Duration(0), "the retry waits for the lease to lapse")
+
+	// A's heartbeat keeps its claim alive past the original expiry.
+	time.Sleep(250 * time.Millisecond)
+	won, err := l.ExtendLease(ctx, first.ID, "A", 400*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, won)
+	time.Sleep(250 * time.Millisecond)
+	_, err = l.Reserve(ctx, req("p1:0", "B", time.Minute))
+	require.ErrorIs(t, err, ledger.ErrLeaseHeld, "an extended lease is still live")
+
+	// A stops extending: its lease lapses and B takes over.
+	time.Sleep(450 * time.Millisecond)
+	second, err := l.Reserve(ctx, req("p1:0", "B", time.Minute))
+	require.NoError(t, err)
+	assert.True(t, second.TookOver)
+	assert.Equal(t, 1, second.PriorAttempts, "B learns an earlier attempt may have written")
+
+	a, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, "B", a.Claimant)
+	assert.Equal(t, 2, a.Attempts)
+}
+
+func TestFencedWrites_LostClaimantGetsFalseAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+
+	stale, err := l.Reserve(ctx, req("p1:0", "A", 50*time.Millisecond, "sub-a"))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	_, err = l.Reserve(ctx, req("p1:0", "B", time.Minute, "sub-a"))
+	require.NoError(t, err)
+	before, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+
+	won, err := l.ExtendLease(ctx, stale.ID, "A", time.Minute)
+	require.NoError(t, err)
+	assert.False(t, won, "extend lease")
+	_, won, err = l.RecordComment(ctx, stale.ID, "A", 7, 8)
+	require.NoError(t, err)
+	assert.False(t, won, "record comment")
+	won, err = l.RecordCancellation(ctx, stale.ID, "A", "sub-a", ledger.CancellationOutcome{Cancelled: true})
+	require.NoError(t, err)
+	assert.False(t, won, "record cancellation")
+	_, won, err = l.Finish(ctx, stale.ID, "A", "boom")
+	require.NoError(t, err)
+	assert.False(t, won, "finish")
+
+	after, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a lost claimant's writes change nothing")
+}
+
+func TestAppliedDeduplicates_PartialFailureRerunsOnlyWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+
+	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute, "sub-a", "sub-b"))
+	require.NoError(t, err)
+	state, won, err := l.RecordComment(ctx, r.ID, "A", 100, 101)
+	require.NoError(t, err)
+	require.True(t, won)
+	assert.Equal(t, supportflow.StateApplying, state, "cancellations are still to do")
+
+	r2, err := l.Reserve(ctx, req("p1:0", "A2", time.Minute, "sub-a", "sub-b"))
+	require.NoError(t, err, "a released claim is taken at once")
+	assert.True(t, r2.CommentLanded())
+	won, err = l.RecordCancellation(ctx, r2.ID, "A2", "sub-a", ledger.CancellationOutcome{Cancelled: true})
+	require.NoError(t, err)
+	require.True(t, won)
+	won, err = l.RecordCancellation(ctx, r2.ID, "A2", "sub-b", ledger.CancellationOutcome{Error: "HTTP 422: subscription is locked"})
+	require.NoError(t, err)
+	require.True(t, won)
+	_, _, err = l.Finish(ctx, r2.ID, "A2", "subscription sub-b refused")
+	require.NoError(t, err)
+	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "subscription sub-b refused")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StatePartialFailure, state)
+
+	// A re-approval re-runs: the comment and sub-a are skipped.
+	r3, err := l.Reserve(ctx, req("p1:0", "C", time.Minute, "sub-a", "sub-b"))
+	require.NoError(t, err)
+	assert.False(t, r3.Applied, "only applied deduplicates")
+	assert.Equal(t, int64(101), r3.CommentID)
+	assert.Equal(t, []string{"sub-a"}, r3.Cancelled)
+	won, err = l.RecordCancellation(ctx, r3.ID, "C", "sub-b", ledger.CancellationOutcome{Cancelled: true})
+	require.NoError(t, err)
+	require.True(t, won)
+	state, won, err = l.Finish(ctx, r3.ID, "C", "")
+	require.NoError(t, err)
+	require.True(t, won)
+	assert.Equal(t, supportflow.StateApplied, state)
+
+	r4, err := l.Reserve(ctx, req("p1:0", "D", time.Minute, "sub-a", "sub-b"))
+	require.NoError(t, err)
+	assert.True(t, r4.Applied, "applied deduplicates every later run")
+	a, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	assert.Equal(t, 3, a.Attempts, "the deduplicated run did not claim")
+	assert.Empty(t, a.LastError)
+}
+
+func TestRecordCancellation_FailureIsRecordedAndSuccessNeverDowngraded(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	r, err := l.Reserve(ctx, ledger.ReserveRequest{Key: "p1:0", TicketID: 42, Subscriptions: []string{"sub-a"}, Claimant: "A", Lease: time.Minute})
+	require.NoError(t, err)
+
+	won, err := l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Error: "connection reset"})
+	require.NoError(t, err)
+	require.True(t, won)
+	a, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	require.Len(t, a.Cancellations, 1)
+	assert.Equal(t, "failed", a.Cancellations[0].State)
+	assert.Equal(t, "connection reset", a.Cancellations[0].LastError)
+	assert.Equal(t, 1, a.Cancellations[0].Calls)
+
+	_, err = l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Cancelled: true, AlreadyCancelled: true})
+	require.NoError(t, err)
+	_, err = l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Error: "late failure"})
+	require.NoError(t, err)
+	a, err = l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, "cancelled", a.Cancellations[0].State, "a success is never overwritten")
+	assert.True(t, a.Cancellations[0].AlreadyCancelled)
+	assert.Equal(t, 3, a.Cancellations[0].Calls)
+
+	state, won, err := l.Finish(ctx, r.ID, "A", "")
+	require.NoError(t, err)
+	require.True(t, won)
+	assert.Equal(t, supportflow.StateApplied, state, "an action without a comment is applied once its cancellations are")
+}
+
+func TestSettleFailed(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+
+	// Nothing landed: failed.
+	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute))
+	require.NoError(t, err)
+	_, err = l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404")
+	require.ErrorIs(t, err, ledger.ErrLeaseHeld, "a live claimant is never settled under its feet")
+	_, _, err = l.Finish(ctx, r.ID, "A", "HTTP 404: ticket not found")
+	require.NoError(t, err)
+	state, err := l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404: ticket not found")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateFailed, state)
+	a, err := l.Get(ctx, "p1:0")
+	require.NoError(t, err)
+	assert.Equal(t, "HTTP 404: ticket not found", a.LastError)
+	assert.NotNil(t, a.SettledAt)
+
+	// Settling again is a no-op that reports the terminal state.
+	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "other")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateFailed, state)
+
+	// Never reserved (the first attempt failed before its claim): a row
+	// still records the failure.
+	state, err = l.SettleFailed(ctx, "p2:3", 43, false, "deadline exceeded")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateFailed, state)
+	a, err = l.Get(ctx, "p2:3")
+	require.NoError(t, err)
+	assert.Equal(t, int64(43), a.TicketID)
+}
+
+func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	for _, key := range []string{"", "p1", "p1:", "p1:-1", "p1:01", "p1:x", ":0", "a/b:0", "p1:0;DROP TABLE action"} {
+		_, err := l.Reserve(ctx, req(key, "A", time.Minute))
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "key %q", key)
+		_, err = l.Get(ctx, key)
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "key %q", key)
+	}
+	_, err := l.Reserve(ctx, req("p1:0", "", time.Minute))
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "no claimant")
+
+	_, err = l.Reserve(ctx, req("p1:0", "A", time.Minute))
+	require.NoError(t, err)
+	other := req("p1:0", "B", time.Minute)
+	other.TicketID = 99
+	_, err = l.Reserve(ctx, other)
+	assert.ErrorIs(t, err, ledger.ErrConflict, "one key, two different actions")
+
+	_, err = l.Get(ctx, "p9:0")
+	assert.ErrorIs(t, err, ledger.ErrNotFound)
+
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM action`).Scan(&rows))
+	assert.Equal(t, 1, rows, "only the one valid reservation wrote a row")
+}
+
+func TestTicketLock_ReservationAndMirrorWriterSerialize(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	wrote, err := l.UpsertTicketMirrorTx(ctx, tx, ledger.TicketMirror{TicketID: 42, Subject: "Refund", Status: "open", UpdatedAt: time.Now()})
+	require.NoError(t, err)
+	require.True(t, wrote)
+
+	reserved := make(chan error, 1)
+	go func() {
+		_, err := l.Reserve(ctx, req("p1:0", "A", time.Minute))
+		reserved <- err
+	}()
+	select {
+	case err := <-reserved:
+		t.Fatalf("reservation finished (%v) while the mirror writer held the ticket's lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// Another ticket is not blocked by this one's lock.
+	other := req("p2:0", "B", time.Minute)
+	other.TicketID = 43
+	_, err = l.Reserve(ctx, other)
+	require.NoError(t, err)
+
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case err := <-reserved:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("reservation did not proceed after the mirror writer committed")
+	}
+
+	// Out-of-order webhooks: an older copy does not overwrite a newer one.
+	wrote, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 42, Subject: "old", UpdatedAt: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	assert.False(t, wrote, "an older copy never overwrites a newer one")
+	var subject string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT subject FROM ticket_mirror WHERE account = $1 AND ticket_id = 42`, account).Scan(&subject))
+	assert.Equal(t, "Refund", subject)
+}
+
+func TestTicketLockKey_IsStableAndDistinct(t *testing.T) {
+	assert.Equal(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme", 42))
+	assert.NotEqual(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme", 43))
+	assert.NotEqual(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme4", 2))
+}
