@@ -65,6 +65,12 @@ func (r *retryInterceptor) annotate(err error, attempt int32) error {
 	if errors.As(err, &canceled) {
 		return err
 	}
+	// A timeout is the server's verdict, retried by its RetryPolicy (same
+	// backoff shape, no jitter); keep it a timeout so callers can tell.
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return err
+	}
 	delay := r.d.RetryDelay(attempt, r.rand())
 	var ra RetryAfter
 	if errors.As(err, &ra) && ra.RetryAfterDelay() > delay {

@@ -1,0 +1,112 @@
+// Package standin provides in-process stand-ins for the SaaS APIs that
+// supportflow acts on. They speak the real wire protocol, so the real client
+// libraries run against them; they inject faults (see Fault) and count every
+// effect, so a test can assert that an action happened exactly once.
+//
+// # Zendesk
+//
+// Zendesk (NewZendesk) serves the subset of the Zendesk Support API v2 that
+// github.com/nukosuke/go-zendesk sends, under /api/v2: show ticket, update
+// ticket (which appends a comment and an audit on every call, since Zendesk
+// does not deduplicate), list comments and list audits with offset
+// pagination. Point a go-zendesk client at it with
+// SetEndpointURL(server.URL + "/api/v2").
+//
+// # Subscription service
+//
+// Subscriptions (NewSubscriptions) is supportflow's own subscription service.
+// Its protocol, which package subscriptions implements the client side of:
+//
+//   - Every request carries "Authorization: Bearer <token>"; otherwise the
+//     answer is 401 {"error":"unauthorized","message":"..."}.
+//   - POST /v1/subscriptions/{id}/cancel cancels an active subscription and
+//     answers 200 {"id":"...","status":"cancelled","cancelled_at":"<RFC 3339>"}.
+//     An Idempotency-Key header may be sent; it is recorded but not honoured:
+//     the service does not deduplicate. A subscription that is already
+//     cancelled answers 409 {"error":"already_cancelled","message":"...",
+//     "cancelled_at":"<RFC 3339>"}; an unknown one answers 404
+//     {"error":"not_found","message":"..."}.
+//   - GET /v1/subscriptions/{id} answers 200 {"id":"...","customer_id":"...",
+//     "status":"active"|"cancelled","cancelled_at":"..." (when cancelled)}
+//     or 404.
+//   - Other errors use the same {"error":"<code>","message":"..."} shape,
+//     and 429 and 503 may carry Retry-After.
+//
+// # Running outside tests
+//
+// Each stand-in is an http.Handler: serve it with httptest in tests, or with
+// Listen in the local run and in separate worker processes.
+package standin
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// writeJSON answers status with v encoded as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Only our own response types are encoded here, so this is a bug.
+		http.Error(w, "stand-in: encode response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// loggedRequest is one request as seen on arrival.
+type loggedRequest struct {
+	method string
+	path   string
+}
+
+// requestLog records every request a stand-in received, faulted or not.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []loggedRequest
+}
+
+func (l *requestLog) add(r *http.Request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reqs = append(l.reqs, loggedRequest{method: r.Method, path: r.URL.Path})
+}
+
+// count returns how many requests had the method ("" for any) and a path
+// starting with pathPrefix.
+func (l *requestLog) count(method, pathPrefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.reqs {
+		if (method == "" || strings.EqualFold(method, r.method)) && strings.HasPrefix(r.path, pathPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// deepCopyJSON copies a value decoded by encoding/json into interface
+// values, so callers can't mutate the stand-in's state through it.
+func deepCopyJSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = deepCopyJSON(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = deepCopyJSON(e)
+		}
+		return out
+	default:
+		return v
+	}
+}

@@ -1,0 +1,745 @@
+package standin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ZendeskAgentID is the user ID of the API user the stand-in authenticates;
+// it is the author of every comment and audit posted through the API.
+const ZendeskAgentID int64 = 900000000001
+
+// defaultRequesterID is used for tickets seeded without a requester, since
+// every real Zendesk ticket has one.
+const defaultRequesterID int64 = 900000000100
+
+// MaxCommentBytes is the longest comment body the stand-in accepts, matching
+// Zendesk's 64 KiB limit.
+const MaxCommentBytes = 65536
+
+// maxZendeskRequestBody bounds a request body; real Zendesk rejects far
+// smaller payloads, this only protects the stand-in.
+const maxZendeskRequestBody = 8 << 20
+
+// zendeskStatuses are the ticket statuses Zendesk accepts on update.
+var zendeskStatuses = []string{"new", "open", "pending", "hold", "solved", "closed"}
+
+// Ticket is a ticket to seed with Zendesk.AddTicket.
+type Ticket struct {
+	// ID is the ticket ID; 0 picks the next free ID.
+	ID          int64
+	Subject     string
+	Description string
+	// RequesterID defaults to a fixed end-user ID when 0.
+	RequesterID int64
+	// Status defaults to "new".
+	Status string
+	Tags   []string
+}
+
+// Comment is a comment posted through the API (PUT /api/v2/tickets/{id}.json).
+type Comment struct {
+	ID      int64
+	AuditID int64
+	Body    string
+	Public  bool
+	// Metadata is the request's ticket.metadata object, which Zendesk keeps
+	// as the audit's metadata.custom; nil when the request had none.
+	Metadata map[string]any
+	At       time.Time
+}
+
+// zTicket is the stand-in's state for one ticket.
+type zTicket struct {
+	Ticket
+	createdAt time.Time
+	updatedAt time.Time
+	// comments holds every comment in creation order, the description first.
+	comments []zComment
+	// audits holds every audit in creation order, the creation audit first.
+	audits []auditJSON
+}
+
+// zComment is a stored comment with the fields only the wire format needs.
+type zComment struct {
+	Comment
+	authorID int64
+	htmlBody string
+	viaAPI   bool // posted through PUT rather than seeded
+}
+
+// Zendesk is an http.Handler that stands in for the Zendesk Support API v2
+// (see the package doc). It is safe for concurrent use.
+type Zendesk struct {
+	email    string
+	apiToken string
+
+	faults Faults
+	log    requestLog
+	mux    *http.ServeMux
+
+	mu           sync.Mutex
+	tickets      map[int64]*zTicket
+	nextTicketID int64
+	nextID       int64 // shared by audits, events and comments
+}
+
+// NewZendesk returns a stand-in that accepts go-zendesk's API-token
+// credential for email and apiToken, that is Basic auth with the user name
+// "{email}/token" and the password apiToken.
+func NewZendesk(email, apiToken string) *Zendesk {
+	z := &Zendesk{
+		email:        email,
+		apiToken:     apiToken,
+		tickets:      make(map[int64]*zTicket),
+		nextTicketID: 1,
+		nextID:       10000,
+	}
+	mux := http.NewServeMux()
+	// ServeMux wildcards must span a whole segment, so "{id}.json" is
+	// matched as one segment and split by ticketIDFromSegment.
+	mux.HandleFunc("GET /api/v2/tickets/{file}", z.showTicket)
+	mux.HandleFunc("PUT /api/v2/tickets/{file}", z.updateTicket)
+	mux.HandleFunc("GET /api/v2/tickets/{id}/comments.json", z.listComments)
+	mux.HandleFunc("GET /api/v2/tickets/{id}/audits.json", z.listAudits)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, zendeskError{Error: "InvalidEndpoint", Description: "Not found"})
+	})
+	z.mux = mux
+	return z
+}
+
+// Inject adds a fault; see Fault.
+func (z *Zendesk) Inject(f Fault) { z.faults.Inject(f) }
+
+// ClearFaults removes every injected fault.
+func (z *Zendesk) ClearFaults() { z.faults.Clear() }
+
+// Requests returns how many requests with the method ("" for any) and a path
+// starting with pathPrefix were received, including failed and faulted ones.
+func (z *Zendesk) Requests(method, pathPrefix string) int {
+	return z.log.count(method, pathPrefix)
+}
+
+// ServeHTTP implements http.Handler.
+func (z *Zendesk) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	z.log.add(r)
+	f := z.faults.match(r)
+	serveWithFault(w, r, f, zendeskFaultBody, http.HandlerFunc(z.serveAuthenticated))
+}
+
+// serveAuthenticated routes r if it carries the API-token credential.
+func (z *Zendesk) serveAuthenticated(w http.ResponseWriter, r *http.Request) {
+	user, pass, ok := r.BasicAuth()
+	// Compare both parts in constant time so the stand-in never becomes a
+	// model for a timing-leaky check.
+	userOK := subtle.ConstantTimeCompare([]byte(user), []byte(z.email+"/token")) == 1
+	passOK := subtle.ConstantTimeCompare([]byte(pass), []byte(z.apiToken)) == 1
+	if !ok || !userOK || !passOK {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Couldn't authenticate you"})
+		return
+	}
+	z.mux.ServeHTTP(w, r)
+}
+
+// AddTicket seeds a ticket and returns its ID. Creating the ticket records
+// its description as the first comment and a creation audit, as Zendesk
+// does. It panics if a ticket with t.ID already exists, since that is a bug
+// in the seed.
+func (z *Zendesk) AddTicket(t Ticket) int64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if t.ID == 0 {
+		for z.tickets[z.nextTicketID] != nil {
+			z.nextTicketID++
+		}
+		t.ID = z.nextTicketID
+	}
+	if _, dup := z.tickets[t.ID]; dup {
+		panic(fmt.Sprintf("standin: Zendesk ticket %d already exists", t.ID))
+	}
+	if t.ID >= z.nextTicketID {
+		z.nextTicketID = t.ID + 1
+	}
+	if t.RequesterID == 0 {
+		t.RequesterID = defaultRequesterID
+	}
+	if t.Status == "" {
+		t.Status = "new"
+	}
+	t.Tags = slices.Clone(t.Tags)
+
+	now := time.Now()
+	zt := &zTicket{Ticket: t, createdAt: now, updatedAt: now}
+	auditID := z.newID()
+	desc := zComment{
+		Comment:  Comment{ID: z.newID(), AuditID: auditID, Body: t.Description, Public: true, At: now},
+		authorID: t.RequesterID,
+		htmlBody: textToHTML(t.Description),
+	}
+	zt.comments = append(zt.comments, desc)
+	events := []any{commentEvent(desc)}
+	for _, field := range []struct {
+		name  string
+		value any
+	}{
+		{"subject", t.Subject},
+		{"status", t.Status},
+		{"requester_id", t.RequesterID},
+		{"tags", nonNil(t.Tags)},
+	} {
+		events = append(events, map[string]any{
+			"id": z.newID(), "type": "Create", "field_name": field.name, "value": field.value,
+		})
+	}
+	zt.audits = append(zt.audits, auditJSON{
+		ID:        auditID,
+		TicketID:  t.ID,
+		CreatedAt: zendeskTime(now),
+		AuthorID:  t.RequesterID,
+		Metadata:  newAuditMetadata(nil),
+		Via:       newVia("web"),
+		Events:    events,
+	})
+	z.tickets[t.ID] = zt
+	return t.ID
+}
+
+// Ticket returns the current state of a ticket.
+func (z *Zendesk) Ticket(id int64) (Ticket, bool) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		return Ticket{}, false
+	}
+	t := zt.Ticket
+	t.Tags = slices.Clone(t.Tags)
+	return t, true
+}
+
+// Comments returns the comments posted through the API on a ticket, oldest
+// first. Seeded descriptions are not included.
+func (z *Zendesk) Comments(ticketID int64) []Comment {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		return nil
+	}
+	var out []Comment
+	for _, c := range zt.comments {
+		if c.viaAPI {
+			cc := c.Comment
+			if cc.Metadata != nil {
+				cc.Metadata = deepCopyJSON(cc.Metadata).(map[string]any)
+			}
+			out = append(out, cc)
+		}
+	}
+	return out
+}
+
+// CommentCount returns how many comments were posted through the API on a
+// ticket.
+func (z *Zendesk) CommentCount(ticketID int64) int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if zt, ok := z.tickets[ticketID]; ok {
+		return countPosted(zt)
+	}
+	return 0
+}
+
+// TotalComments returns how many comments were posted through the API on
+// all tickets.
+func (z *Zendesk) TotalComments() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	n := 0
+	for _, zt := range z.tickets {
+		n += countPosted(zt)
+	}
+	return n
+}
+
+func countPosted(zt *zTicket) int {
+	n := 0
+	for _, c := range zt.comments {
+		if c.viaAPI {
+			n++
+		}
+	}
+	return n
+}
+
+// newID returns the next audit, event or comment ID. z.mu must be held.
+func (z *Zendesk) newID() int64 {
+	z.nextID++
+	return z.nextID
+}
+
+// --- handlers ---
+
+func (z *Zendesk) showTicket(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketIDFromSegment(w, r.PathValue("file"))
+	if !ok {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		writeRecordNotFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ticket": newTicketJSON(r, zt)})
+}
+
+// updateRequest is the subset of an update-ticket body the stand-in reads.
+type updateRequest struct {
+	Ticket *struct {
+		Comment *struct {
+			Body     string `json:"body"`
+			HTMLBody string `json:"html_body"`
+			Public   *bool  `json:"public"`
+		} `json:"comment"`
+		Metadata json.RawMessage `json:"metadata"`
+		Status   *string         `json:"status"`
+		Tags     *[]string       `json:"tags"`
+	} `json:"ticket"`
+}
+
+func (z *Zendesk) updateTicket(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketIDFromSegment(w, r.PathValue("file"))
+	if !ok {
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxZendeskRequestBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, zendeskError{Error: "RequestTooLarge", Description: "Request body is too large"})
+			return
+		}
+		writeBadRequest(w, "Could not read the request body")
+		return
+	}
+	var req updateRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		writeBadRequest(w, "Invalid JSON: "+err.Error())
+		return
+	}
+	if req.Ticket == nil {
+		writeBadRequest(w, "Missing ticket object")
+		return
+	}
+	var custom map[string]any
+	if len(req.Ticket.Metadata) > 0 && string(req.Ticket.Metadata) != "null" {
+		if err := json.Unmarshal(req.Ticket.Metadata, &custom); err != nil || custom == nil {
+			writeBadRequest(w, "ticket.metadata must be a JSON object")
+			return
+		}
+	}
+
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		writeRecordNotFound(w)
+		return
+	}
+
+	// Validate everything before changing anything: Zendesk applies an
+	// update whole or not at all.
+	var text, htmlBody string
+	if c := req.Ticket.Comment; c != nil {
+		text, htmlBody = c.Body, c.HTMLBody
+		if strings.TrimSpace(text) == "" {
+			text = htmlToText(htmlBody)
+		}
+		if strings.TrimSpace(text) == "" {
+			writeRecordInvalid(w, "base", "Comment body can't be blank")
+			return
+		}
+		// The limit is on what the caller sent, not on our HTML rendering.
+		if len(text) > MaxCommentBytes || len(htmlBody) > MaxCommentBytes {
+			writeRecordInvalid(w, "base", fmt.Sprintf("Comment body is too long (maximum is %d characters)", MaxCommentBytes))
+			return
+		}
+		if htmlBody == "" {
+			htmlBody = textToHTML(text)
+		}
+	}
+	if s := req.Ticket.Status; s != nil && !slices.Contains(zendeskStatuses, *s) {
+		writeRecordInvalid(w, "status", "Status: "+*s+" is not valid")
+		return
+	}
+
+	now := time.Now()
+	auditID := z.newID()
+	var events []any
+	if c := req.Ticket.Comment; c != nil {
+		public := true // Zendesk's default for an agent's API comment
+		if c.Public != nil {
+			public = *c.Public
+		}
+		zc := zComment{
+			Comment: Comment{
+				ID: z.newID(), AuditID: auditID, Body: text, Public: public,
+				Metadata: custom, At: now,
+			},
+			authorID: ZendeskAgentID,
+			htmlBody: htmlBody,
+			viaAPI:   true,
+		}
+		zt.comments = append(zt.comments, zc)
+		events = append(events, commentEvent(zc))
+	}
+	if s := req.Ticket.Status; s != nil && *s != zt.Status {
+		events = append(events, changeEvent(z.newID(), "status", *s, zt.Status))
+		zt.Status = *s
+	}
+	if tags := req.Ticket.Tags; tags != nil && !slices.Equal(*tags, zt.Tags) {
+		events = append(events, changeEvent(z.newID(), "tags", nonNil(slices.Clone(*tags)), nonNil(zt.Tags)))
+		zt.Tags = slices.Clone(*tags)
+	}
+	resp := map[string]any{}
+	if len(events) > 0 {
+		zt.updatedAt = now
+		audit := auditJSON{
+			ID:        auditID,
+			TicketID:  id,
+			CreatedAt: zendeskTime(now),
+			AuthorID:  ZendeskAgentID,
+			Metadata:  newAuditMetadata(custom),
+			Via:       newVia("api"),
+			Events:    events,
+		}
+		zt.audits = append(zt.audits, audit)
+		resp["audit"] = audit
+	}
+	resp["ticket"] = newTicketJSON(r, zt)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (z *Zendesk) listComments(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketIDFromSegment(w, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		writeRecordNotFound(w)
+		return
+	}
+	// All comments come on one page: supportflow's tickets are short, and
+	// next_page: null tells any client that there is nothing more.
+	comments := make([]commentJSON, 0, len(zt.comments))
+	for _, c := range zt.comments {
+		comments = append(comments, newCommentJSON(c))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"comments":      comments,
+		"next_page":     nil,
+		"previous_page": nil,
+		"count":         len(comments),
+	})
+}
+
+// maxPerPage is Zendesk's limit (and default) for offset pagination.
+const maxPerPage = 100
+
+func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketIDFromSegment(w, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	perPage := maxPerPage
+	if n, err := strconv.Atoi(q.Get("per_page")); err == nil && n > 0 && n < maxPerPage {
+		perPage = n
+	}
+	page := 1
+	if n, err := strconv.Atoi(q.Get("page")); err == nil && n > 1 {
+		page = n
+	}
+
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		writeRecordNotFound(w)
+		return
+	}
+	total := len(zt.audits)
+	start := min((page-1)*perPage, total)
+	end := min(start+perPage, total)
+	var next, prev any
+	if end < total {
+		next = pageURL(r, page+1, perPage)
+	}
+	if page > 1 {
+		prev = pageURL(r, page-1, perPage)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"audits":        slices.Clone(zt.audits[start:end]),
+		"next_page":     next,
+		"previous_page": prev,
+		"count":         total,
+	})
+}
+
+// pageURL is the absolute URL of another page of the current listing, as
+// Zendesk puts in next_page and previous_page.
+func pageURL(r *http.Request, page, perPage int) string {
+	u := url.URL{
+		Scheme:   requestScheme(r),
+		Host:     r.Host,
+		Path:     r.URL.Path,
+		RawQuery: url.Values{"page": {strconv.Itoa(page)}, "per_page": {strconv.Itoa(perPage)}}.Encode(),
+	}
+	return u.String()
+}
+
+func requestScheme(r *http.Request) string {
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// ticketIDFromSegment parses "123" or "123.json", answering 400 when it is
+// not a positive integer.
+func ticketIDFromSegment(w http.ResponseWriter, seg string) (int64, bool) {
+	s := strings.TrimSuffix(seg, ".json")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		writeBadRequest(w, fmt.Sprintf("Invalid ticket id: %q", s))
+		return 0, false
+	}
+	return id, true
+}
+
+// --- wire format ---
+
+// zendeskError is Zendesk's usual error body.
+type zendeskError struct {
+	Error       string `json:"error"`
+	Description string `json:"description,omitempty"`
+	Details     any    `json:"details,omitempty"`
+}
+
+func writeRecordNotFound(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, zendeskError{Error: "RecordNotFound", Description: "Not found"})
+}
+
+func writeBadRequest(w http.ResponseWriter, description string) {
+	writeJSON(w, http.StatusBadRequest, zendeskError{Error: "BadRequest", Description: description})
+}
+
+func writeRecordInvalid(w http.ResponseWriter, field, description string) {
+	writeJSON(w, http.StatusUnprocessableEntity, zendeskError{
+		Error:       "RecordInvalid",
+		Description: "Record validation errors",
+		Details:     map[string]any{field: []map[string]string{{"description": description}}},
+	})
+}
+
+// zendeskFaultBody is the error body of an injected status.
+func zendeskFaultBody(status int) any {
+	switch status {
+	case http.StatusTooManyRequests:
+		return zendeskError{Error: "APIRateLimitExceeded", Description: "Number of allowed API requests per minute exceeded"}
+	case http.StatusInternalServerError:
+		return zendeskError{Error: "InternalServerError", Description: "Something went wrong"}
+	case http.StatusServiceUnavailable:
+		return zendeskError{Error: "ServiceUnavailable", Description: "Zendesk is temporarily unavailable"}
+	default:
+		return zendeskError{Error: strings.ReplaceAll(http.StatusText(status), " ", ""), Description: http.StatusText(status)}
+	}
+}
+
+type ticketJSON struct {
+	URL         string   `json:"url"`
+	ID          int64    `json:"id"`
+	Subject     string   `json:"subject"`
+	RawSubject  string   `json:"raw_subject"`
+	Description string   `json:"description"`
+	Status      string   `json:"status"`
+	RequesterID int64    `json:"requester_id"`
+	SubmitterID int64    `json:"submitter_id"`
+	Tags        []string `json:"tags"`
+	CreatedAt   string   `json:"created_at"`
+	UpdatedAt   string   `json:"updated_at"`
+}
+
+func newTicketJSON(r *http.Request, zt *zTicket) ticketJSON {
+	return ticketJSON{
+		URL:         fmt.Sprintf("%s://%s/api/v2/tickets/%d.json", requestScheme(r), r.Host, zt.ID),
+		ID:          zt.ID,
+		Subject:     zt.Subject,
+		RawSubject:  zt.Subject,
+		Description: zt.Description,
+		Status:      zt.Status,
+		RequesterID: zt.RequesterID,
+		SubmitterID: zt.RequesterID,
+		Tags:        nonNil(slices.Clone(zt.Tags)),
+		CreatedAt:   zendeskTime(zt.createdAt),
+		UpdatedAt:   zendeskTime(zt.updatedAt),
+	}
+}
+
+type viaJSON struct {
+	Channel string `json:"channel"`
+	Source  struct {
+		From map[string]any `json:"from"`
+		To   map[string]any `json:"to"`
+		Rel  *string        `json:"rel"`
+	} `json:"source"`
+}
+
+func newVia(channel string) viaJSON {
+	v := viaJSON{Channel: channel}
+	v.Source.From = map[string]any{}
+	v.Source.To = map[string]any{}
+	return v
+}
+
+type commentJSON struct {
+	ID          int64          `json:"id"`
+	Type        string         `json:"type"`
+	AuthorID    int64          `json:"author_id"`
+	Body        string         `json:"body"`
+	HTMLBody    string         `json:"html_body"`
+	PlainBody   string         `json:"plain_body"`
+	Public      bool           `json:"public"`
+	Attachments []any          `json:"attachments"`
+	AuditID     int64          `json:"audit_id"`
+	Via         viaJSON        `json:"via"`
+	CreatedAt   string         `json:"created_at"`
+	Metadata    map[string]any `json:"metadata"`
+}
+
+func newCommentJSON(c zComment) commentJSON {
+	channel := "web"
+	if c.viaAPI {
+		channel = "api"
+	}
+	return commentJSON{
+		ID:          c.ID,
+		Type:        "Comment",
+		AuthorID:    c.authorID,
+		Body:        c.Body,
+		HTMLBody:    c.htmlBody,
+		PlainBody:   c.Body,
+		Public:      c.Public,
+		Attachments: []any{},
+		AuditID:     c.AuditID,
+		Via:         newVia(channel),
+		CreatedAt:   zendeskTime(c.At),
+		Metadata:    newAuditMetadata(c.Metadata).asMap(),
+	}
+}
+
+// commentEvent is the audit event that records a comment.
+func commentEvent(c zComment) map[string]any {
+	return map[string]any{
+		"id":          c.ID,
+		"type":        "Comment",
+		"author_id":   c.authorID,
+		"body":        c.Body,
+		"html_body":   c.htmlBody,
+		"plain_body":  c.Body,
+		"public":      c.Public,
+		"attachments": []any{},
+		"audit_id":    c.AuditID,
+	}
+}
+
+func changeEvent(id int64, field string, value, previous any) map[string]any {
+	return map[string]any{
+		"id": id, "type": "Change", "field_name": field, "value": value, "previous_value": previous,
+	}
+}
+
+type auditMetadata struct {
+	Custom map[string]any `json:"custom"`
+	System map[string]any `json:"system"`
+}
+
+// newAuditMetadata wraps the request's metadata the way Zendesk stores it.
+// custom is deep-copied, so later mutation by anyone can't change history.
+func newAuditMetadata(custom map[string]any) auditMetadata {
+	c := map[string]any{}
+	if custom != nil {
+		c = deepCopyJSON(custom).(map[string]any)
+	}
+	return auditMetadata{
+		Custom: c,
+		System: map[string]any{"client": "stand-in", "ip_address": "127.0.0.1"},
+	}
+}
+
+func (m auditMetadata) asMap() map[string]any {
+	return map[string]any{"custom": m.Custom, "system": m.System}
+}
+
+type auditJSON struct {
+	ID        int64         `json:"id"`
+	TicketID  int64         `json:"ticket_id"`
+	CreatedAt string        `json:"created_at"`
+	AuthorID  int64         `json:"author_id"`
+	Metadata  auditMetadata `json:"metadata"`
+	Via       viaJSON       `json:"via"`
+	Events    []any         `json:"events"`
+}
+
+// zendeskTime formats t the way Zendesk does: UTC, whole seconds.
+func zendeskTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// textToHTML renders a plain-text comment roughly as Zendesk does.
+func textToHTML(s string) string {
+	return `<div class="zd-comment" dir="auto"><p>` + strings.ReplaceAll(html.EscapeString(s), "\n", "<br>") + "</p></div>"
+}
+
+// htmlToText crudely strips tags from an html_body-only comment; enough to
+// decide whether it is blank and to fill body.
+func htmlToText(s string) string {
+	var b strings.Builder
+	inTag := false
+	for _, r := range s {
+		switch {
+		case r == '<':
+			inTag = true
+		case r == '>':
+			inTag = false
+		case !inTag:
+			b.WriteRune(r)
+		}
+	}
+	return html.UnescapeString(b.String())
+}
+
+// nonNil turns a nil slice into an empty one so it encodes as [] not null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,309 @@
+// Package subscriptions is the client of supportflow's subscription service
+// (protocol documented in package standin, whose stand-in implements it).
+//
+// The client sends exactly one HTTP request per call and never retries:
+// deciding whether a retry is safe belongs to the caller, which learns what
+// happened from *Error's Permanent, MayHaveLanded and RetryAfterDelay.
+package subscriptions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxResponseBody bounds how much of a response is read.
+const maxResponseBody = 1 << 20
+
+// codeAlreadyCancelled is the error code of a 409 for a cancelled subscription.
+const codeAlreadyCancelled = "already_cancelled"
+
+// Client cancels subscriptions through the subscription service's HTTP API.
+// It is safe for concurrent use.
+type Client struct {
+	baseURL string // no trailing slash
+	token   string
+	http    *http.Client
+}
+
+// New returns a client for the service at baseURL (for example
+// "https://subs.internal" or "http://127.0.0.1:8081/"), authenticating with
+// the bearer token. A nil httpClient means a client with no overall timeout:
+// callers bound each call with the context's deadline.
+func New(baseURL, token string, httpClient *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: invalid base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("subscriptions: base URL %q: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("subscriptions: base URL %q has no host", u.Redacted())
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		// Credentials go in the token; a query or fragment would be
+		// silently mangled when paths are appended.
+		return nil, fmt.Errorf("subscriptions: base URL %q must not have user info, a query or a fragment", u.Redacted())
+	}
+	if token == "" {
+		return nil, errors.New("subscriptions: empty token")
+	}
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	return &Client{baseURL: strings.TrimSuffix(u.String(), "/"), token: token, http: httpClient}, nil
+}
+
+// Cancellation is the outcome of a successful Cancel.
+type Cancellation struct {
+	// AlreadyCancelled is true when the subscription had been cancelled
+	// before this call (for example by an earlier call whose response was
+	// lost). The desired end state holds either way.
+	AlreadyCancelled bool
+	// CancelledAt is when the subscription was cancelled, as reported by the
+	// service; zero if it did not say.
+	CancelledAt time.Time
+}
+
+// Cancel cancels the subscription. idempotencyKey, if not empty, is sent as
+// the Idempotency-Key header for the service's records; the service does
+// not deduplicate on it, which is why a conflict saying the subscription is
+// already cancelled counts as success.
+//
+// Any failure is an *Error.
+func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (Cancellation, error) {
+	if subscriptionID == "" || subscriptionID == "." || subscriptionID == ".." {
+		// PathEscape leaves dots alone, and a dot segment would address a
+		// different resource.
+		return Cancellation{}, &Error{Code: "invalid_argument", Message: fmt.Sprintf("invalid subscription ID %q", subscriptionID), permanent: true}
+	}
+	// PathEscape also escapes "/", so an ID always stays one path segment.
+	u := c.baseURL + "/v1/subscriptions/" + url.PathEscape(subscriptionID) + "/cancel"
+
+	// The request is sent with a body that net/http cannot rewind. Without
+	// that, a request carrying Idempotency-Key counts as replayable and
+	// http.Transport silently resends it when a reused connection drops:
+	// two cancels on the wire for one call.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.NopCloser(strings.NewReader("{}")))
+	if err != nil {
+		return Cancellation{}, &Error{Message: "building request", Err: err, permanent: true}
+	}
+	req.ContentLength = 2
+	req.GetBody = nil
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+
+	// Track whether the request left this process, to tell "definitely not
+	// applied" from "may have been applied" when no response comes back.
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { wrote.Store(true) },
+	}))
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Cancellation{}, c.transportError(err, wrote.Load())
+	}
+	defer resp.Body.Close()
+	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+
+	var payload struct {
+		Status      string `json:"status"`
+		CancelledAt string `json:"cancelled_at"`
+		Error       string `json:"error"`
+		Message     string `json:"message"`
+	}
+	decodeErr := json.Unmarshal(body, &payload)
+	cancelledAt := parseTime(payload.CancelledAt)
+
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		// The status code alone proves the cancellation happened, so a
+		// truncated or odd body is not worth failing (and retrying) over.
+		return Cancellation{CancelledAt: cancelledAt}, nil
+	case resp.StatusCode == http.StatusConflict && decodeErr == nil && payload.Error == codeAlreadyCancelled:
+		return Cancellation{AlreadyCancelled: true, CancelledAt: cancelledAt}, nil
+	}
+
+	e := &Error{Status: resp.StatusCode, Code: payload.Error, Message: payload.Message}
+	if decodeErr != nil || (e.Code == "" && e.Message == "") {
+		// Not our service's error format (a proxy, a load balancer): keep a
+		// short excerpt so the cause is still visible.
+		e.Code = ""
+		e.Message = excerpt(body)
+		if readErr != nil {
+			e.Err = readErr
+		}
+	}
+	e.Message = c.redact(e.Message)
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return Cancellation{}, e
+}
+
+// transportError wraps an error from http.Client.Do.
+func (c *Client) transportError(err error, wroteHeaders bool) *Error {
+	var opErr *net.OpError
+	dial := errors.As(err, &opErr) && opErr.Op == "dial"
+	var dnsErr *net.DNSError
+	dial = dial || errors.As(err, &dnsErr)
+	return &Error{
+		Message: "no response",
+		Err:     err,
+		// Without the headers on the wire the server cannot have acted.
+		notSent: dial || !wroteHeaders,
+	}
+}
+
+// redact removes the token from text that came from elsewhere (a response
+// body could echo request headers).
+func (c *Client) redact(s string) string {
+	if c.token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.token, "[REDACTED]")
+}
+
+// Error is a failed call. Status is 0 when no response arrived, in which
+// case Err holds the transport error.
+type Error struct {
+	// Status is the HTTP status code, or 0 when there was no response.
+	Status int
+	// Code is the service's error code ("not_found", "rate_limited", ...),
+	// or "" when the body was not in the service's format.
+	Code string
+	// Message is the service's message, or an excerpt of the response body.
+	Message string
+	// RetryAfter is the server's Retry-After on 429 and 503, else 0.
+	RetryAfter time.Duration
+	// Err is the underlying transport error, if any.
+	Err error
+
+	permanent bool // set for errors raised before any request was made
+	notSent   bool // no response, and the request never reached the server
+}
+
+// Error describes the failure. It never contains the token.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("subscriptions: ")
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "HTTP %d", e.Status)
+		if e.Code != "" {
+			fmt.Fprintf(&b, " %s", e.Code)
+		}
+		if e.Message != "" {
+			fmt.Fprintf(&b, ": %s", e.Message)
+		}
+		if e.RetryAfter > 0 {
+			fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
+		}
+		return b.String()
+	}
+	b.WriteString(e.Message)
+	if e.Err != nil {
+		// Transport errors name the URL, never the Authorization header.
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the transport error, so errors.Is(err,
+// context.DeadlineExceeded) and the like work.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Permanent reports whether retrying the same call can never succeed:
+// a bad request, bad credentials, no permission, an unknown subscription
+// or an invalid one.
+func (e *Error) Permanent() bool {
+	if e.permanent {
+		return true
+	}
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
+		http.StatusNotFound, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
+
+// MayHaveLanded reports whether the service may have applied the request
+// although the call failed: no response after the request was sent
+// (timeout, dropped connection), or 500, 502 or 504. It is false when the
+// request was definitely not applied: refused before sending, 429, 503 or
+// any 4xx. Like pgx's SafeToRetry, false means a retry cannot double-apply.
+func (e *Error) MayHaveLanded() bool {
+	switch e.Status {
+	case 0:
+		return !e.notSent && !e.permanent
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// RetryAfterDelay returns how long the server asked the caller to wait
+// (0 when it did not say).
+func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
+
+// parseRetryAfter reads a Retry-After value, either delay-seconds or an
+// HTTP-date (relative to now). Invalid or past values give 0.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		// Cap absurd values instead of overflowing time.Duration.
+		const maxSecs = int64(24 * time.Hour / time.Second)
+		return time.Duration(min(secs, maxSecs)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// parseTime reads an RFC 3339 timestamp, giving the zero time if absent or
+// malformed.
+func parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// excerpt returns the start of a non-JSON error body for the message.
+func excerpt(body []byte) string {
+	const n = 200
+	s := strings.ToValidUTF8(strings.TrimSpace(string(body)), "\uFFFD")
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,334 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+	"github.com/supportflow/supportflow/workflows"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// newEnv is a time-skipping environment with the product's default
+// durations and the one retry interceptor, as the worker has them.
+func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(policy.Defaults())}})
+	(&workflows.Workflows{}).Register(env)
+	t.Cleanup(func() { env.AssertExpectations(t) })
+	return env
+}
+
+func replyProposal(id string) supportflow.Proposal {
+	return supportflow.Proposal{ID: id, Actions: []supportflow.Action{{
+		TicketID: 42, Comment: &supportflow.Comment{Body: "We have cancelled your plan.", Public: true},
+	}}}
+}
+
+// attempts records the test clock and attempt info of each call of a
+// mocked activity.
+type attempts struct {
+	mu    sync.Mutex
+	at    []time.Time
+	infos []activity.Info
+}
+
+func (a *attempts) record(env *testsuite.TestWorkflowEnvironment, ctx context.Context) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at = append(a.at, env.Now())
+	a.infos = append(a.infos, activity.GetInfo(ctx))
+	return len(a.at)
+}
+
+func (a *attempts) gaps() []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(a.at); i++ {
+		out = append(out, a.at[i].Sub(a.at[i-1]))
+	}
+	return out
+}
+
+func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	var calls attempts
+	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			if calls.record(env, ctx) < 10 {
+				return activities.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 500, Err: errors.New("internal error")}
+			}
+			return activities.PostReplyResult{CommentID: 7, State: supportflow.StateApplied}, nil
+		})
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-retry"))
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+
+	// 5, 10, 20 s ... doubling, capped at 300 s, each within half-to-full
+	// jitter; the budget for a Zendesk write is 10 attempts.
+	nominal := []time.Duration{5, 10, 20, 40, 80, 160, 300, 300, 300}
+	gaps := calls.gaps()
+	require.Len(t, gaps, len(nominal))
+	distinct := map[time.Duration]bool{}
+	for i, n := range nominal {
+		n *= time.Second
+		assert.GreaterOrEqual(t, gaps[i], n/2, "retry %d", i+1)
+		assert.LessOrEqual(t, gaps[i], n, "retry %d", i+1)
+		distinct[gaps[i]-n/2] = true
+	}
+	assert.Greater(t, len(distinct), 1, "jitter varies the delays")
+
+	// The product's deadlines, armed per attempt.
+	info := calls.infos[0]
+	assert.Equal(t, 60*time.Second, info.HeartbeatTimeout)
+	assert.InDelta(t, float64(75*time.Second), float64(info.Deadline.Sub(info.StartedTime)), float64(time.Second),
+		"start-to-close: two 30 s Zendesk calls + 15 s margin")
+
+	var statuses []supportflow.ActionStatus
+	require.NoError(t, env.GetWorkflowResult(&statuses))
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+}
+
+func TestExecuteProposal_AttemptBudgetEndsInSettle(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	var calls attempts
+	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			calls.record(env, ctx)
+			return activities.PostReplyResult{}, errors.New("connection reset by peer")
+		})
+	var settled activities.SettleInput
+	env.OnActivity("SettleAction", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.SettleInput) (string, error) {
+			settled = in
+			return supportflow.StateFailed, nil
+		}).Once()
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-budget"))
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+	assert.Len(t, calls.at, 10, "a Zendesk write has a budget of 10 attempts")
+	assert.Equal(t, "p-budget:0", settled.Key)
+	assert.Contains(t, settled.Error, "connection reset by peer", "the last error is what the ledger keeps")
+}
+
+func TestExecuteProposal_RetryWaitsAtLeastRetryAfter(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	var calls attempts
+	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			if calls.record(env, ctx) == 1 {
+				return activities.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 429, RetryAfter: 120 * time.Second, Err: errors.New("rate limited")}
+			}
+			return activities.PostReplyResult{CommentID: 7}, nil
+		})
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-429"))
+	require.NoError(t, env.GetWorkflowError())
+	gaps := calls.gaps()
+	require.Len(t, gaps, 1)
+	assert.GreaterOrEqual(t, gaps[0], 120*time.Second, "a 429 waits at least its Retry-After, not the 5 s policy delay")
+}
+
+func TestExecuteProposal_HeartbeatTimeoutStartsANewAttempt(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	var calls attempts
+	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			if calls.record(env, ctx) == 1 {
+				// What the server reports when the worker went silent for
+				// longer than the heartbeat timeout (e.g. it was killed).
+				return activities.PostReplyResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+			}
+			return activities.PostReplyResult{CommentID: 7, Source: "audit"}, nil
+		})
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-hb"))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, calls.infos, 2, "heartbeat silence starts exactly one new attempt")
+	assert.Equal(t, 60*time.Second, calls.infos[0].HeartbeatTimeout)
+	assert.Equal(t, int32(2), calls.infos[1].Attempt)
+	assert.Equal(t, 5*time.Second, calls.gaps()[0], "a timeout is retried by the server's policy: the first delay, unjittered")
+}
+
+func TestExecuteProposal_BadInputFailsAtOnceAndRunsNothing(t *testing.T) {
+	long := strings.Repeat("x", supportflow.MaxCommentBytes+1)
+	for name, p := range map[string]supportflow.Proposal{
+		"no actions":        {ID: "p1"},
+		"empty comment":     {ID: "p1", Actions: []supportflow.Action{{TicketID: 42, Comment: &supportflow.Comment{Body: "  "}}}},
+		"oversized comment": {ID: "p1", Actions: []supportflow.Action{{TicketID: 42, Comment: &supportflow.Comment{Body: long}}}},
+		"no legs":           {ID: "p1", Actions: []supportflow.Action{{TicketID: 42}}},
+		"bad ticket":        {ID: "p1", Actions: []supportflow.Action{{TicketID: 0, Comment: &supportflow.Comment{Body: "hi"}}}},
+		"bad proposal id":   {ID: "p1/../x", Actions: []supportflow.Action{{TicketID: 42, Comment: &supportflow.Comment{Body: "hi"}}}},
+		"duplicate sub":     {ID: "p1", Actions: []supportflow.Action{{TicketID: 42, CancelSubscriptions: []string{"s1", "s1"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newEnv(t)
+			env.RegisterActivity(&activities.Activities{})
+			env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(activities.PostReplyResult{}, nil).Never()
+			env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(activities.CancelResult{}, nil).Never()
+			env.OnActivity("SettleAction", mock.Anything, mock.Anything).Return("", nil).Never()
+			env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
+			err := env.GetWorkflowError()
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, err, &app)
+			assert.Equal(t, supportflow.ErrTypeInvalidInput, app.Type())
+			assert.True(t, app.NonRetryable())
+		})
+	}
+}
+
+// real wires the real activities to a real ledger on PostgreSQL and to the
+// stand-ins through the real clients.
+type real struct {
+	zd   *standin.Zendesk
+	subs *standin.Subscriptions
+	led  *ledger.Ledger
+	pool *pgxpool.Pool
+}
+
+func newReal(t *testing.T, env *testsuite.TestWorkflowEnvironment) *real {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	_, err := migrations.MigrateURL(context.Background(), url)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	r := &real{zd: standin.NewZendesk("agent@acme.test", "zd-token"), subs: standin.NewSubscriptions("sub-token"), pool: pool}
+	zsrv, ssrv := httptest.NewServer(r.zd), httptest.NewServer(r.subs)
+	t.Cleanup(zsrv.Close)
+	t.Cleanup(ssrv.Close)
+	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: "agent@acme.test", APIToken: "zd-token"})
+	require.NoError(t, err)
+	sc, err := subscriptions.New(ssrv.URL, "sub-token", nil)
+	require.NoError(t, err)
+	r.led = ledger.New(pool, "acme")
+	env.RegisterActivity(&activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: r.led, Durations: policy.Defaults()})
+	return r
+}
+
+func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
+	env := newEnv(t)
+	r := newReal(t, env)
+	t1 := r.zd.AddTicket(standin.Ticket{Subject: "Cancel please"})
+	t2 := r.zd.AddTicket(standin.Ticket{Subject: "Thanks"})
+	r.subs.AddSubscription("sub-1", "cust-1")
+	r.subs.AddSubscription("sub-2", "cust-1")
+	p := supportflow.Proposal{ID: "p-ok", Actions: []supportflow.Action{
+		{TicketID: t1, Comment: &supportflow.Comment{Body: "Done: both plans cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1", "sub-2"}},
+		{TicketID: t2, Comment: &supportflow.Comment{Body: "internal: customer churned", Public: false}},
+	}}
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
+	require.NoError(t, env.GetWorkflowError())
+
+	assert.Equal(t, 1, r.zd.CommentCount(t1))
+	assert.Equal(t, 1, r.zd.CommentCount(t2))
+	assert.False(t, r.zd.Comments(t2)[0].Public, "an internal note stays internal")
+	assert.Equal(t, 1, r.subs.Cancellations("sub-1"))
+	assert.Equal(t, 1, r.subs.Cancellations("sub-2"))
+	for _, key := range []string{"p-ok:0", "p-ok:1"} {
+		a, err := r.led.Get(context.Background(), key)
+		require.NoError(t, err)
+		assert.Equal(t, supportflow.StateApplied, a.State, key)
+		assert.NotZero(t, a.CommentID, key)
+	}
+	res, err := env.QueryWorkflow(supportflow.ActionsQuery)
+	require.NoError(t, err)
+	var statuses []supportflow.ActionStatus
+	require.NoError(t, res.Get(&statuses))
+	require.Len(t, statuses, 2)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, []string{"sub-1", "sub-2"}, statuses[0].Cancelled)
+	assert.Equal(t, r.zd.Comments(t1)[0].ID, statuses[0].CommentID)
+}
+
+func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
+	env := newEnv(t)
+	r := newReal(t, env)
+	p := supportflow.Proposal{ID: "p-404", Actions: []supportflow.Action{
+		{TicketID: 404404, Comment: &supportflow.Comment{Body: "hello", Public: true}, CancelSubscriptions: []string{"sub-1"}},
+		{TicketID: 404404, Comment: &supportflow.Comment{Body: "never reached", Public: true}},
+	}}
+	r.subs.AddSubscription("sub-1", "cust-1")
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
+
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+	assert.Equal(t, 1, r.zd.Requests("PUT", "/api/v2/tickets/"), "a 404 is not retried")
+	assert.Equal(t, 0, r.zd.TotalComments())
+	assert.Equal(t, 0, r.subs.Cancellations("sub-1"), "the cancellation leg never ran")
+
+	a, err := r.led.Get(context.Background(), "p-404:0")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateFailed, a.State)
+	assert.Contains(t, a.LastError, "404")
+	_, err = r.led.Get(context.Background(), "p-404:1")
+	assert.ErrorIs(t, err, ledger.ErrNotFound, "later actions are not started")
+
+	res, err := env.QueryWorkflow(supportflow.ActionsQuery)
+	require.NoError(t, err)
+	var statuses []supportflow.ActionStatus
+	require.NoError(t, res.Get(&statuses))
+	assert.Equal(t, supportflow.StateFailed, statuses[0].State)
+	assert.Contains(t, statuses[0].Error, "404")
+	assert.Equal(t, supportflow.StatePending, statuses[1].State)
+}
+
+func TestExecuteProposal_PermanentlyFailingCancellationEndsPartialFailure(t *testing.T) {
+	env := newEnv(t)
+	r := newReal(t, env)
+	ticket := r.zd.AddTicket(standin.Ticket{Subject: "Cancel both"})
+	r.subs.AddSubscription("sub-ok", "cust-1")
+	// sub-gone is unknown to the service: a 404, which cannot succeed later.
+	p := supportflow.Proposal{ID: "p-partial", Actions: []supportflow.Action{
+		{TicketID: ticket, Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-gone", "sub-ok"}},
+	}}
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
+
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+	assert.Equal(t, 1, r.zd.CommentCount(ticket), "the comment landed once")
+	assert.Equal(t, 1, r.subs.Cancellations("sub-ok"), "the other subscription was still cancelled")
+	assert.Equal(t, 1, r.subs.CancelCalls("sub-gone"), "a permanent refusal is not retried")
+
+	a, err := r.led.Get(context.Background(), "p-partial:0")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StatePartialFailure, a.State)
+	require.Len(t, a.Cancellations, 2)
+	assert.Equal(t, "failed", a.Cancellations[0].State)
+	assert.Contains(t, a.Cancellations[0].LastError, "404")
+	assert.Equal(t, "cancelled", a.Cancellations[1].State)
+}
