@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
-
 )
 
 // Progress is what an activity's heartbeat details carry: which leg and

@@ -1,0 +1,92 @@
+// Package starter is how the app starts and inspects supportflow's
+// workflows. Every call is idempotent where a user would expect it: an
+// approval that repeats joins the execution already running.
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/supportflow/supportflow"
+)
+
+// Starter starts and queries supportflow workflows through a Temporal
+// client.
+type Starter struct {
+	Client client.Client
+}
+
+// New returns a Starter using c.
+func New(c client.Client) *Starter { return &Starter{Client: c} }
+
+// Execution identifies a proposal's execution.
+type Execution struct {
+	WorkflowID string
+	RunID      string
+	// Joined is true when the proposal was already executing and this call
+	// joined that execution instead of starting another.
+	Joined bool
+}
+
+// ExecuteProposal starts the execution of an approved proposal, or joins
+// the running one (workflow ID execute/{proposalID}, conflict policy
+// USE_EXISTING), so a double approval runs each action once. A proposal
+// whose earlier execution has closed runs again: the ledger makes applied
+// actions no-ops and re-runs only what failed.
+//
+// Invalid proposals are refused with an error wrapping
+// supportflow.ErrInvalidInput, before anything is started.
+func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal) (Execution, error) {
+	if err := p.Validate(); err != nil {
+		return Execution{}, err
+	}
+	id := supportflow.ExecuteWorkflowID(p.ID)
+	// The start call does not say whether it joined; a running execution
+	// seen just before it is the one it joins. A start racing in between
+	// is reported as started, which is harmless: either way there is one.
+	running := ""
+	if d, err := s.Client.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
+		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		running = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                supportflow.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, supportflow.ExecuteProposalWorkflow, p)
+	if err != nil {
+		return Execution{}, fmt.Errorf("starter: execute proposal %s: %w", p.ID, err)
+	}
+	return Execution{WorkflowID: id, RunID: run.GetRunID(), Joined: running != "" && running == run.GetRunID()}, nil
+}
+
+// WaitExecution blocks until the proposal's latest execution closes and
+// returns each action's final state. A failed action is reported in the
+// statuses and as an error.
+func (s *Starter) WaitExecution(ctx context.Context, proposalID string) ([]supportflow.ActionStatus, error) {
+	var statuses []supportflow.ActionStatus
+	err := s.Client.GetWorkflow(ctx, supportflow.ExecuteWorkflowID(proposalID), "").Get(ctx, &statuses)
+	return statuses, err
+}
+
+// ActionStates returns each action's state as the proposal's latest
+// execution sees it, while it runs or after it closed.
+func (s *Starter) ActionStates(ctx context.Context, proposalID string) ([]supportflow.ActionStatus, error) {
+	if err := supportflow.ValidateProposalID(proposalID); err != nil {
+		return nil, err
+	}
+	v, err := s.Client.QueryWorkflow(ctx, supportflow.ExecuteWorkflowID(proposalID), "", supportflow.ActionsQuery)
+	if err != nil {
+		return nil, fmt.Errorf("starter: action states of %s: %w", proposalID, err)
+	}
+	var statuses []supportflow.ActionStatus
+	if err := v.Get(&statuses); err != nil {
+		return nil, errors.Join(fmt.Errorf("starter: decode action states of %s", proposalID), err)
+	}
+	return statuses, nil
+}
