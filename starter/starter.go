@@ -4,6 +4,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +19,15 @@ import (
 // client.
 type Starter struct {
 	Client client.Client
+	// TaskQueue is where workflows are started; "" means
+	// supportflow.TaskQueue. It must match the workers' queue.
+	TaskQueue string
 }
 
-// New returns a Starter using c.
+// New returns a Starter using c and the default task queue.
 func New(c client.Client) *Starter { return &Starter{Client: c} }
+
+func (s *Starter) taskQueue() string { return cmp.Or(s.TaskQueue, supportflow.TaskQueue) }
 
 // Execution identifies a proposal's execution.
 type Execution struct {
@@ -55,7 +61,7 @@ func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal) (
 	}
 	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
-		TaskQueue:                supportflow.TaskQueue,
+		TaskQueue:                s.taskQueue(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}, supportflow.ExecuteProposalWorkflow, p)

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -28,6 +29,7 @@ var Vars = []Var{
 	{Name: "DATABASE_URL", Help: "PostgreSQL connection URL (required)", Secret: true},
 	{Name: "TEMPORAL_ADDRESS", Default: "localhost:7233", Help: "Temporal frontend host:port"},
 	{Name: "TEMPORAL_NAMESPACE", Default: "default", Help: "Temporal namespace"},
+	{Name: "SUPPORTFLOW_TASK_QUEUE", Default: "supportflow", Help: "task queue the worker polls and the starter starts on"},
 	{Name: "ZENDESK_URL", Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
 	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
 	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
@@ -44,6 +46,7 @@ type Worker struct {
 	DatabaseURL        string
 	TemporalAddress    string
 	TemporalNamespace  string
+	TaskQueue          string
 	ZendeskURL         string
 	ZendeskSubdomain   string
 	ZendeskEmail       string
@@ -72,6 +75,7 @@ func LoadWorker() (Worker, error) {
 		DatabaseURL:        get("DATABASE_URL", ""),
 		TemporalAddress:    get("TEMPORAL_ADDRESS", "localhost:7233"),
 		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
+		TaskQueue:          get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
 		ZendeskURL:         get("ZENDESK_URL", ""),
 		ZendeskSubdomain:   get("ZENDESK_SUBDOMAIN", ""),
 		ZendeskEmail:       get("ZENDESK_EMAIL", ""),

@@ -16,7 +16,6 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/policy"
@@ -65,7 +64,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 	}
 	defer c.Close()
 
-	w := worker.New(c, supportflow.TaskQueue, Options(cfg))
+	w := worker.New(c, cfg.TaskQueue, Options(cfg))
 	(&workflows.Workflows{Durations: cfg.Durations}).Register(w)
 	w.RegisterActivity(&activities.Activities{
 		Zendesk:       zd,
@@ -74,7 +73,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 		Durations:     cfg.Durations,
 		Logger:        logger,
 	})
-	logger.Info("worker starting", "task_queue", supportflow.TaskQueue, "temporal", cfg.TemporalAddress,
+	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)

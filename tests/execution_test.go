@@ -1,0 +1,232 @@
+package tests
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/starter"
+)
+
+func reply(ticket int64, body string, subs ...string) supportflow.Action {
+	return supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: body, Public: true}, CancelSubscriptions: subs}
+}
+
+// The worker dies while Zendesk is processing the comment; Zendesk applies
+// it anyway. The next attempt (after the heartbeat timeout, once the dead
+// claimant's lease lapsed) finds the comment in the ticket's audits instead
+// of posting it again.
+func TestExecution_WorkerKilledDuringZendeskWrite(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Please cancel"})
+	s.subs.AddSubscription("sub-1", "cust-1")
+	hit := arrived()
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 700 * time.Millisecond, Arrived: hit})
+	s.startWorker()
+
+	s.approve(supportflow.Proposal{ID: "killed-zd", Actions: []supportflow.Action{reply(ticket, "Your plan is cancelled.", "sub-1")}})
+	waitArrived(t, hit)
+	s.killWorker()
+	s.startWorker()
+
+	statuses, err := s.wait("killed-zd")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"), "the comment was never sent twice")
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	a := s.action("killed-zd:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	assert.Equal(t, s.zd.Comments(ticket)[0].ID, a.CommentID, "the ledger recorded the comment found on the audit")
+	assert.GreaterOrEqual(t, a.Attempts, 2)
+}
+
+// The worker dies in the middle of the cancellation leg: sub-1 is done and
+// recorded, sub-2 is applied by the service but never recorded. The next
+// attempt skips sub-1, finds sub-2 already cancelled, and cancels sub-3.
+func TestExecution_WorkerKilledDuringCancellations(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel all three"})
+	for _, id := range []string{"sub-1", "sub-2", "sub-3"} {
+		s.subs.AddSubscription(id, "cust-1")
+	}
+	hit := arrived()
+	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", Delay: 700 * time.Millisecond, Arrived: hit})
+	s.startWorker()
+
+	s.approve(supportflow.Proposal{ID: "killed-subs", Actions: []supportflow.Action{reply(ticket, "All three cancelled.", "sub-1", "sub-2", "sub-3")}})
+	waitArrived(t, hit)
+	s.killWorker()
+	s.startWorker()
+
+	statuses, err := s.wait("killed-subs")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, []string{"sub-1", "sub-2", "sub-3"}, statuses[0].Cancelled)
+
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	for _, id := range []string{"sub-1", "sub-2", "sub-3"} {
+		assert.Equal(t, 1, s.subs.Cancellations(id), "exactly one successful cancellation of %s", id)
+	}
+	assert.Equal(t, 1, s.subs.CancelCalls("sub-1"), "a recorded success is not sent again")
+	a := s.action("killed-subs:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	require.Len(t, a.Cancellations, 3)
+	assert.True(t, a.Cancellations[1].AlreadyCancelled, "sub-2's lost outcome was recovered as already cancelled")
+}
+
+// Zendesk accepts the comment and the connection drops before the answer.
+// Retries must not post again, not even after the action ended failed and
+// an operator explicitly re-approves.
+func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Lost answer"})
+	other := s.zd.AddTicket(standin.Ticket{Subject: "Lost answer, then re-approved"})
+	s.startWorker()
+
+	// 1. Retried within one execution: the retry finds the audit.
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true})
+	s.approve(supportflow.Proposal{ID: "lost-1", Actions: []supportflow.Action{reply(ticket, "Done.")}})
+	statuses, err := s.wait("lost-1")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"))
+	assert.Equal(t, s.zd.Comments(ticket)[0].ID, s.action("lost-1:0").CommentID)
+
+	// 2. The answer is lost and the audit search is refused, so the action
+	// ends failed with its comment on the ticket but not in the ledger.
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true})
+	s.zd.Inject(standin.Fault{Method: "GET", Path: "/api/v2/tickets/*", Status: 403, Times: -1})
+	s.approve(supportflow.Proposal{ID: "lost-2", Actions: []supportflow.Action{reply(other, "Done.")}})
+	_, err = s.wait("lost-2")
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+	assert.Equal(t, supportflow.StateFailed, s.action("lost-2:0").State)
+	require.Equal(t, 1, s.zd.CommentCount(other))
+
+	// The operator re-approves once Zendesk answers again: the comment is
+	// found on the audits, not posted a second time.
+	s.zd.ClearFaults()
+	e := s.approve(supportflow.Proposal{ID: "lost-2", Actions: []supportflow.Action{reply(other, "Done.")}})
+	assert.False(t, e.Joined, "the closed execution is run again")
+	statuses, err = s.wait("lost-2")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, 1, s.zd.CommentCount(other), "exactly one comment after re-approval")
+	a := s.action("lost-2:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	assert.Equal(t, s.zd.Comments(other)[0].ID, a.CommentID)
+}
+
+// A cancellation is refused for good, the action ends partial_failure;
+// once the cause is fixed a re-approval runs only the missing cancellation.
+func TestExecution_ReapproveAfterPartialFailure(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel two"})
+	s.subs.AddSubscription("sub-1", "cust-1")
+	s.subs.AddSubscription("sub-2", "cust-1")
+	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", Status: 422, Times: -1})
+	s.startWorker()
+
+	p := supportflow.Proposal{ID: "partial", Actions: []supportflow.Action{reply(ticket, "Both cancelled.", "sub-1", "sub-2")}}
+	s.approve(p)
+	statuses, err := s.wait("partial")
+	require.Error(t, err)
+	assert.Equal(t, supportflow.StatePartialFailure, s.action("partial:0").State)
+	_ = statuses
+	assert.Equal(t, 1, s.zd.CommentCount(ticket))
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	assert.Equal(t, 0, s.subs.Cancellations("sub-2"))
+	assert.Equal(t, 1, s.subs.CancelCalls("sub-2"), "a 422 is not retried")
+
+	s.subs.ClearFaults()
+	s.approve(p)
+	statuses, err = s.wait("partial")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "the comment is not posted again")
+	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"))
+	assert.Equal(t, 1, s.subs.CancelCalls("sub-1"), "sub-1 is not called again")
+	assert.Equal(t, 1, s.subs.Cancellations("sub-2"))
+	a := s.action("partial:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	assert.Empty(t, a.LastError)
+}
+
+// Many approvals of one proposal at once, plus one while it runs: one
+// execution, one comment, one cancellation.
+func TestExecution_ConcurrentApprovals(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Double click"})
+	s.subs.AddSubscription("sub-1", "cust-1")
+	// Slow Zendesk keeps the execution open while approvals pile up.
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 500 * time.Millisecond})
+	s.startWorker()
+
+	p := supportflow.Proposal{ID: "double", Actions: []supportflow.Action{reply(ticket, "Cancelled.", "sub-1")}}
+	const approvals = 20
+	runs := make([]starter.Execution, approvals)
+	var wg sync.WaitGroup
+	for i := range approvals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i] = s.approve(p)
+		}()
+	}
+	wg.Wait()
+	late := s.approve(p)
+	assert.True(t, late.Joined, "an approval while it runs joins the execution")
+	for _, r := range runs {
+		assert.Equal(t, runs[0].RunID, r.RunID, "every approval joined one execution")
+	}
+	assert.Equal(t, runs[0].RunID, late.RunID)
+
+	statuses, err := s.wait("double")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	assert.Equal(t, 1, s.subs.CancelCalls("sub-1"))
+
+	states, err := s.starter.ActionStates(context.Background(), "double")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, states[0].State, "the actions query works on the closed execution")
+}
+
+// Bad input is refused before anything starts or is written.
+func TestExecution_BadInputStartsNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ctx := context.Background()
+	for name, p := range map[string]supportflow.Proposal{
+		"no actions":    {ID: "bad-1"},
+		"empty comment": {ID: "bad-2", Actions: []supportflow.Action{{TicketID: 1, Comment: &supportflow.Comment{Body: ""}}}},
+		"malformed id":  {ID: "bad:3", Actions: []supportflow.Action{reply(1, "x")}},
+	} {
+		_, err := s.starter.ExecuteProposal(ctx, p)
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, name)
+		_, err = s.temporal.DescribeWorkflowExecution(ctx, supportflow.ExecuteWorkflowID(p.ID), "")
+		assert.Error(t, err, "%s: no workflow was started", name)
+	}
+	var rows int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM action`).Scan(&rows))
+	assert.Zero(t, rows)
+	assert.Zero(t, s.zd.TotalComments())
+}

@@ -1,0 +1,252 @@
+// Package tests runs supportflow end to end: a real Temporal dev server, a
+// real PostgreSQL, the stand-ins for Zendesk and the subscription service
+// reached through the real clients, and the worker binary as a separate OS
+// process that a test can SIGKILL and restart. Durations are shrunk through
+// the worker's own configuration so that heartbeat timeouts and lease
+// expiries take a second or two.
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+	"github.com/supportflow/supportflow/starter"
+)
+
+var workerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "supportflow-tests-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	workerBin = filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-o", workerBin, "github.com/supportflow/supportflow/worker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the worker:", err)
+		os.Exit(1)
+	}
+	code := testenv.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const (
+	account    = "127.0.0.1"
+	zdEmail    = "agent@acme.test"
+	zdToken    = "zd-secret-token"
+	subsToken  = "subs-secret-token"
+	lease      = 2 * time.Second
+	hbTimeout  = 2 * time.Second
+	waitBudget = 90 * time.Second
+)
+
+// stack is one test's world: its own database, stand-ins, task queue and
+// worker process, on the shared dev server.
+type stack struct {
+	t         *testing.T
+	dbURL     string
+	pool      *pgxpool.Pool
+	ledger    *ledger.Ledger
+	zd        *standin.Zendesk
+	subs      *standin.Subscriptions
+	zdSrv     *standin.Server
+	subsSrv   *standin.Server
+	temporal  client.Client
+	starter   *starter.Starter
+	taskQueue string
+
+	mu      sync.Mutex
+	worker  *exec.Cmd
+	exited  chan struct{}
+	logs    *bytes.Buffer
+	workers int
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	ctx := context.Background()
+	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), logs: &bytes.Buffer{}}
+	_, err := migrations.MigrateURL(ctx, s.dbURL)
+	require.NoError(t, err)
+	s.pool, err = pgxpool.New(ctx, s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(s.pool.Close)
+
+	s.zd = standin.NewZendesk(zdEmail, zdToken)
+	s.subs = standin.NewSubscriptions(subsToken)
+	s.zdSrv, err = standin.Listen(s.zd, "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { s.zdSrv.Close() })
+	s.subsSrv, err = standin.Listen(s.subs, "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { s.subsSrv.Close() })
+	// The worker keys its ledger by the Zendesk URL's host.
+	s.ledger = ledger.New(s.pool, zdHost(s.zdSrv.URL()))
+
+	s.temporal, err = client.Dial(client.Options{HostPort: testenv.TemporalAddress(t), Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(s.temporal.Close)
+	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-")
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue}
+	t.Cleanup(func() {
+		s.stopWorker()
+		if t.Failed() {
+			s.mu.Lock()
+			t.Logf("worker logs:\n%s", s.logs.String())
+			s.mu.Unlock()
+		}
+	})
+	return s
+}
+
+func zdHost(u string) string { return strings.TrimPrefix(u, "http://") }
+
+// startWorker starts the worker binary as its own process.
+func (s *stack) startWorker() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Nil(s.t, s.worker, "a worker is already running")
+	s.workers++
+	cmd := exec.Command(workerBin)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+s.dbURL,
+		"TEMPORAL_ADDRESS="+testenv.TemporalAddress(s.t),
+		"SUPPORTFLOW_TASK_QUEUE="+s.taskQueue,
+		"ZENDESK_URL="+s.zdSrv.URL(),
+		"ZENDESK_EMAIL="+zdEmail,
+		"ZENDESK_API_TOKEN="+zdToken,
+		"SUBSCRIPTIONS_URL="+s.subsSrv.URL(),
+		"SUBSCRIPTIONS_TOKEN="+subsToken,
+		"SUPPORTFLOW_HEARTBEAT_INTERVAL=200ms",
+		"SUPPORTFLOW_HEARTBEAT_TIMEOUT="+hbTimeout.String(),
+		"SUPPORTFLOW_LEASE="+lease.String(),
+		"SUPPORTFLOW_ZENDESK_CALL_TIMEOUT=1s",
+		"SUPPORTFLOW_SUBSCRIPTION_CALL_TIMEOUT=1s",
+		"SUPPORTFLOW_DEADLINE_MARGIN=3s",
+		"SUPPORTFLOW_RETRY_BASE=200ms",
+		"SUPPORTFLOW_RETRY_CAP=2s",
+		"SUPPORTFLOW_DRAIN_TIMEOUT=1s",
+		"SUPPORTFLOW_LOG_LEVEL=info",
+	)
+	w := &prefixWriter{mu: &s.mu, buf: s.logs, prefix: fmt.Sprintf("[worker %d] ", s.workers)}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(s.t, cmd.Start())
+	s.worker = cmd
+	exited := make(chan struct{})
+	s.exited = exited
+	go func() { cmd.Wait(); close(exited) }()
+}
+
+// killWorker SIGKILLs the worker: no drain, no cleanup, like a crashed or
+// force-redeployed machine.
+func (s *stack) killWorker() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd, exited := s.worker, s.exited
+	s.worker = nil
+	s.mu.Unlock()
+	require.NotNil(s.t, cmd)
+	require.NoError(s.t, cmd.Process.Signal(syscall.SIGKILL))
+	<-exited
+}
+
+func (s *stack) stopWorker() {
+	s.mu.Lock()
+	cmd, exited := s.worker, s.exited
+	s.worker = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// approve starts (or joins) the proposal's execution.
+func (s *stack) approve(p supportflow.Proposal) starter.Execution {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := s.starter.ExecuteProposal(ctx, p)
+	require.NoError(s.t, err)
+	return e
+}
+
+// wait blocks until the proposal's execution closes.
+func (s *stack) wait(proposalID string) ([]supportflow.ActionStatus, error) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	defer cancel()
+	return s.starter.WaitExecution(ctx, proposalID)
+}
+
+func (s *stack) action(key string) ledger.Action {
+	s.t.Helper()
+	a, err := s.ledger.Get(context.Background(), key)
+	require.NoError(s.t, err)
+	return a
+}
+
+// arrived returns a channel told when a faulted request arrives.
+func arrived() chan string { return make(chan string, 8) }
+
+func waitArrived(t *testing.T, ch chan string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitBudget):
+		t.Fatal("the faulted request never arrived")
+	}
+}
+
+type prefixWriter struct {
+	mu     *sync.Mutex
+	buf    *bytes.Buffer
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			w.buf.WriteString(w.prefix + line)
+		}
+	}
+	return len(p), nil
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
