@@ -1,0 +1,173 @@
+package activities_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+type fixture struct {
+	acts *activities.Activities
+	zd   *standin.Zendesk
+	subs *standin.Subscriptions
+	pool *pgxpool.Pool
+	env  *testsuite.TestActivityEnvironment
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	_, err := migrations.MigrateURL(context.Background(), url)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	f := &fixture{zd: standin.NewZendesk("a@b.test", "zt"), subs: standin.NewSubscriptions("st"), pool: pool}
+	zs, ss := httptest.NewServer(f.zd), httptest.NewServer(f.subs)
+	t.Cleanup(zs.Close)
+	t.Cleanup(ss.Close)
+	zc, err := zendeskclient.New(zendeskclient.Config{URL: zs.URL, Email: "a@b.test", APIToken: "zt"})
+	require.NoError(t, err)
+	sc, err := subscriptions.New(ss.URL, "st", nil)
+	require.NoError(t, err)
+	d := policy.Defaults()
+	d.HeartbeatInterval = 50 * time.Millisecond
+	f.acts = &activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: ledger.New(pool, "acme"), Durations: d}
+	var s testsuite.WorkflowTestSuite
+	f.env = s.NewTestActivityEnvironment()
+	f.env.RegisterActivity(f.acts)
+	return f
+}
+
+func (f *fixture) action(t *testing.T, key string) ledger.Action {
+	t.Helper()
+	a, err := f.acts.Ledger.Get(context.Background(), key)
+	require.NoError(t, err)
+	return a
+}
+
+func appErr(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, err, &app)
+	return app
+}
+
+// After each call returns or throws, its outcome is in the ledger before
+// the activity reports the error.
+func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
+	f := newFixture(t)
+	f.subs.AddSubscription("sub-1", "c")
+	f.subs.AddSubscription("sub-2", "c")
+	f.subs.AddSubscription("sub-3", "c")
+	f.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", DropAfterApply: true})
+	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 1, CancelSubscriptions: []string{"sub-1", "sub-2", "sub-3"}}}
+
+	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
+	require.Error(t, err)
+	assert.False(t, appErr(t, err).NonRetryable(), "a lost answer is retried")
+
+	a := f.action(t, "p1:0")
+	require.Len(t, a.Cancellations, 3)
+	assert.Equal(t, "cancelled", a.Cancellations[0].State)
+	assert.Equal(t, "failed", a.Cancellations[1].State, "the throwing call's outcome was written")
+	assert.NotEmpty(t, a.Cancellations[1].LastError)
+	assert.Equal(t, 1, a.Cancellations[1].Calls)
+	assert.Equal(t, "pending", a.Cancellations[2].State, "the leg stopped at the first retryable failure")
+	assert.Equal(t, supportflow.StateApplying, a.State)
+	assert.NotNil(t, a.LeaseExpiresAt, "a call that may have landed keeps its lease until it lapses")
+
+	assert.Equal(t, 1, f.subs.Cancellations("sub-2"), "the service did apply it")
+}
+
+func TestPostReply_BadInputIsNonRetryableAndWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
+	for name, in := range map[string]activities.ActionInput{
+		"malformed key":   {Key: "p1-0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}},
+		"key with path":   {Key: "../p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}},
+		"empty body":      {Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: ""}}},
+		"no comment":      {Key: "p1:0", Action: supportflow.Action{TicketID: ticket, CancelSubscriptions: []string{"s"}}},
+		"over size limit": {Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: string(make([]byte, supportflow.MaxCommentBytes+1))}}},
+		"negative ticket": {Key: "p1:0", Action: supportflow.Action{TicketID: -1, Comment: &supportflow.Comment{Body: "hi"}}},
+	} {
+		_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
+		app := appErr(t, err)
+		assert.Equal(t, supportflow.ErrTypeInvalidInput, app.Type(), name)
+		assert.True(t, app.NonRetryable(), name)
+	}
+	var rows int
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT count(*) FROM action`).Scan(&rows))
+	assert.Zero(t, rows)
+	assert.Zero(t, f.zd.TotalComments())
+}
+
+func TestPostReply_UnknownTicketIsRejectedWithTheError(t *testing.T) {
+	f := newFixture(t)
+	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 999, Comment: &supportflow.Comment{Body: "hi"}}}
+	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
+	app := appErr(t, err)
+	assert.Equal(t, supportflow.ErrTypeRejected, app.Type())
+	assert.True(t, app.NonRetryable())
+	a := f.action(t, "p1:0")
+	assert.Contains(t, a.LastError, "404")
+	assert.Nil(t, a.LeaseExpiresAt, "a definite refusal releases the claim at once")
+	assert.Zero(t, f.zd.TotalComments())
+}
+
+func TestPostReply_ReturnsLeaseHeldWhileAnotherAttemptWorks(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
+	_, err := f.acts.Ledger.Reserve(context.Background(), ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, HasComment: true, Claimant: "other", Lease: time.Minute})
+	require.NoError(t, err)
+	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	_, err = f.env.ExecuteActivity(f.acts.PostReply, in)
+	app := appErr(t, err)
+	assert.Equal(t, supportflow.ErrTypeLeaseHeld, app.Type())
+	assert.False(t, app.NonRetryable())
+	assert.Zero(t, f.zd.TotalComments())
+}
+
+// A claimant whose claim is taken over while its Zendesk call is in flight
+// learns it from its heartbeat's fenced lease extension, stops the work,
+// and writes nothing more.
+func TestPostReply_StopsWhenItsClaimIsLost(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
+	hit := make(chan string, 1)
+	f.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 2 * time.Second, Arrived: hit})
+	go func() {
+		<-hit
+		// Another claimant takes the action over (as after a lease expiry).
+		_, _ = f.pool.Exec(context.Background(), `UPDATE action SET claimant = 'successor' WHERE key = 'p1:0'`)
+	}()
+	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	start := time.Now()
+	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
+	app := appErr(t, err)
+	assert.Equal(t, supportflow.ErrTypeLostClaim, app.Type())
+	assert.Less(t, time.Since(start), 2*time.Second, "the work was cancelled, not waited out")
+	a := f.action(t, "p1:0")
+	assert.Equal(t, "successor", a.Claimant)
+	assert.Zero(t, a.CommentID, "the stale attempt recorded nothing")
+}
