@@ -1,0 +1,382 @@
+package deploy
+
+import (
+	"cmp"
+	"maps"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// repoRoot is the repository root, relative to this package's directory
+// (where go test runs).
+const repoRoot = "../.."
+
+// hostEnv stands in for the deployment host's environment: a value for every
+// variable docker-compose.yml takes from it. The values are distinctive, so
+// a test can tell that a setting came from here and not from the file.
+var hostEnv = map[string]string{
+	"POSTGRES_PASSWORD":   "host-postgres-password",
+	"ZENDESK_SUBDOMAIN":   "host-subdomain",
+	"ZENDESK_EMAIL":       "host-agent@example.com",
+	"ZENDESK_API_TOKEN":   "host-zendesk-token",
+	"SUBSCRIPTIONS_URL":   "https://host-subscriptions.example.com",
+	"SUBSCRIPTIONS_TOKEN": "host-subscriptions-token",
+}
+
+// The services docker-compose.yml must define.
+const (
+	postgresService   = "postgres"
+	temporalService   = "temporal"
+	temporalUIService = "temporal-ui"
+	workerService     = "worker"
+)
+
+// loadCompose loads, interpolates, validates (against the compose schema
+// and for consistency) and normalises docker-compose.yml the way docker
+// compose does. Interpolation sees env and nothing else: neither this
+// process's environment nor an .env file, so the result does not depend on
+// the machine running the test.
+func loadCompose(t *testing.T, env map[string]string) (*types.Project, error) {
+	t.Helper()
+	var pairs []string
+	for k, v := range env {
+		pairs = append(pairs, k+"="+v)
+	}
+	opts, err := cli.NewProjectOptions(
+		[]string{filepath.Join(repoRoot, "docker-compose.yml")},
+		cli.WithEnv(pairs),
+	)
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	return opts.LoadProject(t.Context())
+}
+
+// project loads docker-compose.yml with hostEnv, failing the test if it
+// does not load.
+func project(t *testing.T) *types.Project {
+	t.Helper()
+	p, err := loadCompose(t, hostEnv)
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
+	t.Helper()
+	s, err := p.GetService(name)
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return s
+}
+
+// env returns a service's environment with every variable that has a value;
+// a bare name (value taken from the environment at run time) counts as unset.
+func env(s types.ServiceConfig) map[string]string {
+	m := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			m[k] = *v
+		}
+	}
+	return m
+}
+
+func TestComposeServicesExist(t *testing.T) {
+	p := project(t)
+	for _, name := range []string{postgresService, temporalService, temporalUIService, workerService} {
+		service(t, p, name)
+	}
+}
+
+func TestComposeImagesArePinned(t *testing.T) {
+	p := project(t)
+	for name, s := range p.Services {
+		if s.Build != nil {
+			continue
+		}
+		_, tag, ok := strings.Cut(s.Image, ":")
+		if !ok || tag == "" || tag == "latest" {
+			t.Errorf("service %s: image %q is not pinned to a tag", name, s.Image)
+		}
+	}
+}
+
+// TestComposeRequiresHostVariables proves the secrets and per-deployment
+// values are required (${VAR:?...}) rather than defaulted: the file does
+// not load without them, nor with any one of them missing or empty.
+func TestComposeRequiresHostVariables(t *testing.T) {
+	if _, err := loadCompose(t, nil); err == nil {
+		t.Fatal("docker-compose.yml loads with no host variables; secrets must use ${VAR:?message}")
+	}
+	for _, name := range slices.Sorted(maps.Keys(hostEnv)) {
+		without := maps.Clone(hostEnv)
+		delete(without, name)
+		empty := maps.Clone(hostEnv)
+		empty[name] = ""
+		for what, e := range map[string]map[string]string{"unset": without, "empty": empty} {
+			_, err := loadCompose(t, e)
+			if err == nil {
+				t.Errorf("docker-compose.yml loads with %s %s; it must be required with ${%s:?...}", what, name, name)
+			} else if !strings.Contains(err.Error(), name) {
+				t.Errorf("loading with %s %s: error does not name it: %v", what, name, err)
+			}
+		}
+	}
+}
+
+// TestComposeSecretsComeFromHost checks that no secret the worker reads has
+// its value written in the file: each must carry a value from the host.
+func TestComposeSecretsComeFromHost(t *testing.T) {
+	p := project(t)
+	w := env(service(t, p, workerService))
+	for _, v := range config.Vars {
+		if !v.Secret {
+			continue
+		}
+		got, ok := w[v.Name]
+		if !ok {
+			continue // a missing required variable is TestComposeWorkerRequiredVariables' failure
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Values(hostEnv)), func(h string) bool { return strings.Contains(got, h) }) {
+			t.Errorf("worker: secret %s is not taken from the host environment", v.Name)
+		}
+	}
+	if got := env(service(t, p, postgresService))["POSTGRES_PASSWORD"]; got != hostEnv["POSTGRES_PASSWORD"] {
+		t.Errorf("postgres: POSTGRES_PASSWORD is %q, want the host's POSTGRES_PASSWORD", got)
+	}
+}
+
+func TestComposeWorkerBuildsFromRepoDockerfile(t *testing.T) {
+	w := service(t, project(t), workerService)
+	if w.Build == nil {
+		t.Fatalf("worker: no build section (image %q); it must build from the repository", w.Image)
+	}
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := filepath.Abs(w.Build.Context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx != root {
+		t.Errorf("worker: build context is %s, want the repository root %s", ctx, root)
+	}
+	dockerfile := w.Build.Dockerfile
+	if dockerfile == "" {
+		dockerfile = "Dockerfile"
+	}
+	if !filepath.IsAbs(dockerfile) {
+		dockerfile = filepath.Join(ctx, dockerfile)
+	}
+	if want := filepath.Join(root, "Dockerfile"); dockerfile != want {
+		t.Errorf("worker: builds from %s, want %s", dockerfile, want)
+	}
+}
+
+func TestComposeDependsOnHealthy(t *testing.T) {
+	p := project(t)
+	for _, d := range []struct{ from, to string }{
+		{workerService, postgresService},
+		{workerService, temporalService},
+		{temporalService, postgresService},
+		{temporalUIService, temporalService},
+	} {
+		dep, ok := service(t, p, d.from).DependsOn[d.to]
+		if !ok {
+			t.Errorf("%s does not depend on %s", d.from, d.to)
+			continue
+		}
+		if dep.Condition != types.ServiceConditionHealthy {
+			t.Errorf("%s depends on %s with condition %q, want %q", d.from, d.to, dep.Condition, types.ServiceConditionHealthy)
+		}
+	}
+}
+
+func TestComposeHealthchecks(t *testing.T) {
+	p := project(t)
+	for _, c := range []struct{ service, command string }{
+		{postgresService, "pg_isready"},
+		{temporalService, "temporal"},
+	} {
+		hc := service(t, p, c.service).HealthCheck
+		if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
+			t.Errorf("%s: no healthcheck", c.service)
+			continue
+		}
+		if !strings.Contains(strings.Join(hc.Test[1:], " "), c.command) {
+			t.Errorf("%s: healthcheck %q does not run %s", c.service, hc.Test, c.command)
+		}
+	}
+	// The worker waits for temporal to be healthy; that only means its
+	// namespace exists if the healthcheck looks for that namespace.
+	ns := env(service(t, p, workerService))["TEMPORAL_NAMESPACE"]
+	if ns == "" {
+		ns = varDefault(t, "TEMPORAL_NAMESPACE")
+	}
+	if hc := service(t, p, temporalService).HealthCheck; hc != nil && !slices.Contains(hc.Test, ns) {
+		t.Errorf("temporal: healthcheck %q does not check the worker's namespace %q", hc.Test, ns)
+	}
+}
+
+func TestComposePublishedPorts(t *testing.T) {
+	p := project(t)
+	for _, c := range []struct {
+		service string
+		port    uint32
+	}{
+		{temporalService, 7233},
+		{temporalUIService, 8080},
+	} {
+		ports := service(t, p, c.service).Ports
+		if !slices.ContainsFunc(ports, func(pc types.ServicePortConfig) bool {
+			return pc.Target == c.port && pc.Published == strconv.Itoa(int(c.port))
+		}) {
+			t.Errorf("%s does not publish port %d (ports: %+v)", c.service, c.port, ports)
+		}
+	}
+}
+
+// TestComposeWorkerVariablesAreKnown fails on a variable the worker does not
+// read, such as a misspelt one, which would otherwise be silently ignored.
+func TestComposeWorkerVariablesAreKnown(t *testing.T) {
+	known := map[string]bool{}
+	for _, v := range config.Vars {
+		known[v.Name] = true
+	}
+	for _, e := range policy.Env {
+		known[e.Name] = true
+	}
+	for name := range service(t, project(t), workerService).Environment {
+		if !known[name] {
+			t.Errorf("worker: %s is not a variable the worker reads (see config.Vars and policy.Env)", name)
+		}
+	}
+}
+
+func TestComposeWorkerRequiredVariables(t *testing.T) {
+	w := env(service(t, project(t), workerService))
+	required := []string{"TEMPORAL_ADDRESS"} // has a default, but localhost is wrong in a container
+	for _, v := range config.Vars {
+		if strings.Contains(v.Help, "required") {
+			required = append(required, v.Name)
+		}
+	}
+	for _, name := range required {
+		if w[name] == "" {
+			t.Errorf("worker: required variable %s is not set", name)
+		}
+	}
+	if w["ZENDESK_URL"] == "" && w["ZENDESK_SUBDOMAIN"] == "" {
+		t.Error("worker: neither ZENDESK_URL nor ZENDESK_SUBDOMAIN is set")
+	}
+}
+
+// TestComposeWorkerConfiguration runs the worker's own configuration loader
+// on the environment the compose file gives it, then checks that the
+// addresses in it point at the compose services.
+func TestComposeWorkerConfiguration(t *testing.T) {
+	p := project(t)
+	cfg := workerConfig(t, service(t, p, workerService))
+
+	host, port, err := net.SplitHostPort(cfg.TemporalAddress)
+	if err != nil {
+		t.Fatalf("worker: TEMPORAL_ADDRESS %q: %v", cfg.TemporalAddress, err)
+	}
+	if host != temporalService || port != "7233" {
+		t.Errorf("worker: TEMPORAL_ADDRESS is %s, want %s:7233", cfg.TemporalAddress, temporalService)
+	}
+	if ui := env(service(t, p, temporalUIService))["TEMPORAL_ADDRESS"]; ui != cfg.TemporalAddress {
+		t.Errorf("temporal-ui: TEMPORAL_ADDRESS is %q, want the worker's %q", ui, cfg.TemporalAddress)
+	}
+
+	pg := env(service(t, p, postgresService))
+	u, err := url.Parse(cfg.DatabaseURL)
+	if err != nil {
+		t.Fatalf("worker: DATABASE_URL does not parse: %v", err)
+	}
+	password, _ := u.User.Password()
+	for _, c := range []struct{ what, got, want string }{
+		{"host", u.Hostname(), postgresService},
+		{"port", cmp.Or(u.Port(), "5432"), "5432"},
+		{"database", strings.TrimPrefix(u.Path, "/"), pg["POSTGRES_DB"]},
+		{"user", u.User.Username(), pg["POSTGRES_USER"]},
+		{"password", password, pg["POSTGRES_PASSWORD"]},
+	} {
+		if c.got != c.want {
+			t.Errorf("worker: DATABASE_URL %s is %q, want %q (from the postgres service)", c.what, c.got, c.want)
+		}
+	}
+
+	tp := env(service(t, p, temporalService))
+	if tp["POSTGRES_SEEDS"] != postgresService {
+		t.Errorf("temporal: POSTGRES_SEEDS is %q, want %q", tp["POSTGRES_SEEDS"], postgresService)
+	}
+	if tp["POSTGRES_USER"] != pg["POSTGRES_USER"] || tp["POSTGRES_PWD"] != pg["POSTGRES_PASSWORD"] {
+		t.Error("temporal: POSTGRES_USER/POSTGRES_PWD do not match the postgres service's credentials")
+	}
+	if db := tp["DBNAME"]; db == pg["POSTGRES_DB"] {
+		t.Errorf("temporal: DBNAME %q is supportflow's database; Temporal needs its own", db)
+	}
+}
+
+// TestComposeWorkerStopGracePeriod checks that docker does not kill a
+// stopping worker before its drain timeout has run out.
+func TestComposeWorkerStopGracePeriod(t *testing.T) {
+	w := service(t, project(t), workerService)
+	drain := workerConfig(t, w).DrainTimeout
+	if w.StopGracePeriod == nil {
+		t.Fatalf("worker: no stop_grace_period; docker's 10s default is shorter than the %s drain timeout", drain)
+	}
+	if grace := time.Duration(*w.StopGracePeriod); grace <= drain {
+		t.Errorf("worker: stop_grace_period %s does not exceed SUPPORTFLOW_DRAIN_TIMEOUT %s", grace, drain)
+	}
+	if w.Restart != types.RestartPolicyUnlessStopped {
+		t.Errorf("worker: restart is %q, want %q", w.Restart, types.RestartPolicyUnlessStopped)
+	}
+}
+
+// workerConfig runs config.LoadWorker with exactly the worker service's
+// environment: every variable the worker reads is set to the service's
+// value, or to empty (which the worker treats as unset).
+func workerConfig(t *testing.T, w types.ServiceConfig) config.Worker {
+	t.Helper()
+	e := env(w)
+	for _, v := range config.Vars {
+		t.Setenv(v.Name, e[v.Name])
+	}
+	for _, v := range policy.Env {
+		t.Setenv(v.Name, e[v.Name])
+	}
+	cfg, err := config.LoadWorker()
+	if err != nil {
+		t.Fatalf("the worker rejects the compose file's environment: %v", err)
+	}
+	return cfg
+}
+
+func varDefault(t *testing.T, name string) string {
+	t.Helper()
+	for _, v := range config.Vars {
+		if v.Name == name {
+			return v.Default
+		}
+	}
+	t.Fatalf("config.Vars has no %s", name)
+	return ""
+}

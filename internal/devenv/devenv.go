@@ -1,0 +1,53 @@
+// Package devenv starts the real dependencies of supportflow (PostgreSQL and
+// the Temporal dev server) as child processes on loopback ports, without
+// Docker. Tests (through internal/testenv), the local-run command and the
+// benchmark all use it, so the three see the same servers started the same
+// way.
+//
+// Every server started here is put in its own process group and, on Linux,
+// asked to die with its parent (Pdeathsig), so a crashed or killed parent
+// does not leave servers behind in the common case. Callers should still call
+// Stop, which shuts the server down cleanly and removes its temporary files.
+package devenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+)
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another
+// process may take it before the caller binds it, so servers started with it
+// are retried on a bind failure.
+func FreePort() (int, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// freePorts returns n distinct free ports. All listeners are held open until
+// every port is chosen so that the kernel cannot hand out the same port twice.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("devenv: finding a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		addr, ok := l.Addr().(*net.TCPAddr)
+		if !ok {
+			return nil, errors.New("devenv: listener address is not TCP")
+		}
+		ports = append(ports, addr.Port)
+	}
+	return ports, nil
+}
