@@ -199,4 +199,3 @@ func demo(ctx context.Context, st *starter.Starter, zd *standin.Zendesk, subs *s
 	say("demo proposal applied: 1 comment, 2 cancellations (workflow %s)", e.WorkflowID)
 	return nil
 }
-
