@@ -90,7 +90,7 @@ func TestReserve_LiveLeaseIsNotTakenOver_ExpiredOneIs(t *testing.T) {
 	l, _ := newLedger(t)
 	ctx := context.Background()
 
-	first, err := l.Reserve(ctx, req("p1:0", "A", 400*time.Millisecond))
+	first, err := l.Reserve(ctx, req("p1:0", "A", time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, 0, first.PriorAttempts)
 	assert.False(t, first.TookOver)
@@ -102,16 +102,16 @@ func TestReserve_LiveLeaseIsNotTakenOver_ExpiredOneIs(t *testing.T) {
 	assert.Greater(t, held.RetryAfterDelay(), time.Duration(0), "the retry waits for the lease to lapse")
 
 	// A's heartbeat keeps its claim alive past the original expiry.
-	time.Sleep(250 * time.Millisecond)
-	won, err := l.ExtendLease(ctx, first.ID, "A", 400*time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
+	won, err := l.ExtendLease(ctx, first.ID, "A", time.Second)
 	require.NoError(t, err)
 	require.True(t, won)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	_, err = l.Reserve(ctx, req("p1:0", "B", time.Minute))
 	require.ErrorIs(t, err, ledger.ErrLeaseHeld, "an extended lease is still live")
 
 	// A stops extending: its lease lapses and B takes over.
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond)
 	second, err := l.Reserve(ctx, req("p1:0", "B", time.Minute))
 	require.NoError(t, err)
 	assert.True(t, second.TookOver)
