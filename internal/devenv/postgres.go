@@ -96,27 +96,12 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err 
 	}
 
 	dataDir := filepath.Join(runDir, "data")
-	if opts.DataDir != "" {
-		if dataDir, err = filepath.Abs(opts.DataDir); err != nil {
-			return nil, fmt.Errorf("devenv: %w", err)
-		}
-		if err := os.MkdirAll(dataDir, 0o700); err != nil {
-			return nil, fmt.Errorf("devenv: creating the data directory: %w", err)
-		}
-		if runAs != nil {
-			if err := chown(dataDir, runAs); err != nil {
-				return nil, fmt.Errorf("devenv: giving %s to the %s user: %w", dataDir, runAs.name, err)
-			}
-		}
-	}
 	if opts.DataDir == "" {
 		if err := initDataDir(ctx, bin, dataDir, runAs, opts.Log); err != nil {
 			return nil, err
 		}
-	} else if _, statErr := os.Stat(filepath.Join(dataDir, "PG_VERSION")); statErr != nil {
-		if err := initdb(ctx, bin, dataDir, runAs, opts.Log); err != nil {
-			return nil, err
-		}
+	} else if dataDir, err = prepareDataDir(ctx, bin, opts.DataDir, runAs, opts.Log); err != nil {
+		return nil, err
 	}
 
 	maxConns := opts.MaxConnections
@@ -164,6 +149,27 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (_ *Postgres, err 
 			return nil, err
 		}
 	}
+}
+
+// prepareDataDir creates dir if needed, gives it to runAs and initialises a
+// cluster there unless it already holds one. It returns dir made absolute.
+func prepareDataDir(ctx context.Context, bin, dir string, runAs *osUser, log io.Writer) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("devenv: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("devenv: creating the data directory: %w", err)
+	}
+	if runAs != nil {
+		if err := chown(dir, runAs); err != nil {
+			return "", fmt.Errorf("devenv: giving %s to the %s user: %w", dir, runAs.name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
+		return dir, nil
+	}
+	return dir, initdb(ctx, bin, dir, runAs, log)
 }
 
 // waitPostgres polls until the server accepts a connection, it exits, or ctx
