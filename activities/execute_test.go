@@ -2,7 +2,6 @@ package activities_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -15,13 +14,11 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/activities/activitiestest"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/testenv"
-	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -36,23 +33,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	f := &fixture{zd: standin.NewZendesk("a@b.test", "zt"), subs: standin.NewSubscriptions("st"), pool: pool}
-	zs, ss := httptest.NewServer(f.zd), httptest.NewServer(f.subs)
-	t.Cleanup(zs.Close)
-	t.Cleanup(ss.Close)
-	zc, err := zendeskclient.New(zendeskclient.Config{URL: zs.URL, Email: "a@b.test", APIToken: "zt"})
-	require.NoError(t, err)
-	sc, err := subscriptions.New(ss.URL, "st", nil)
-	require.NoError(t, err)
-	d := policy.Defaults()
-	d.HeartbeatInterval = 50 * time.Millisecond
-	f.acts = &activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: ledger.New(pool, "acme"), Durations: d}
+	// A short heartbeat interval lets a lost claim be noticed quickly.
+	h := activitiestest.New(t, policy.Durations{HeartbeatInterval: 50 * time.Millisecond})
+	f := &fixture{acts: h.Activities, zd: h.Zendesk, subs: h.Subscriptions, pool: h.Pool}
 	var s testsuite.WorkflowTestSuite
 	f.env = s.NewTestActivityEnvironment()
 	f.env.RegisterActivity(f.acts)

@@ -3,7 +3,6 @@ package workflows_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -22,16 +21,13 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/activities/activitiestest"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
-	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/workflows"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -207,44 +203,21 @@ func TestExecuteProposal_BadInputFailsAtOnceAndRunsNothing(t *testing.T) {
 	}
 }
 
-// real wires the real activities to a real ledger on PostgreSQL and to the
-// stand-ins through the real clients.
-type real struct {
-	zd   *standin.Zendesk
-	subs *standin.Subscriptions
-	led  *ledger.Ledger
-	pool *pgxpool.Pool
-}
-
-func newReal(t *testing.T, env *testsuite.TestWorkflowEnvironment) *real {
-	t.Helper()
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	r := &real{zd: standin.NewZendesk("agent@acme.test", "zd-token"), subs: standin.NewSubscriptions("sub-token"), pool: pool}
-	zsrv, ssrv := httptest.NewServer(r.zd), httptest.NewServer(r.subs)
-	t.Cleanup(zsrv.Close)
-	t.Cleanup(ssrv.Close)
-	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: "agent@acme.test", APIToken: "zd-token"})
-	require.NoError(t, err)
-	sc, err := subscriptions.New(ssrv.URL, "sub-token", nil)
-	require.NoError(t, err)
-	r.led = ledger.New(pool, "acme")
-	env.RegisterActivity(&activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: r.led, Durations: policy.Defaults()})
-	return r
+// newReal registers the real activities on a real ledger and the
+// stand-ins.
+func newReal(t *testing.T, env *testsuite.TestWorkflowEnvironment) *activitiestest.Harness {
+	h := activitiestest.New(t, policy.Defaults())
+	env.RegisterActivity(h.Activities)
+	return h
 }
 
 func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
 	env := newEnv(t)
 	r := newReal(t, env)
-	t1 := r.zd.AddTicket(standin.Ticket{Subject: "Cancel please"})
-	t2 := r.zd.AddTicket(standin.Ticket{Subject: "Thanks"})
-	r.subs.AddSubscription("sub-1", "cust-1")
-	r.subs.AddSubscription("sub-2", "cust-1")
+	t1 := r.Zendesk.AddTicket(standin.Ticket{Subject: "Cancel please"})
+	t2 := r.Zendesk.AddTicket(standin.Ticket{Subject: "Thanks"})
+	r.Subscriptions.AddSubscription("sub-1", "cust-1")
+	r.Subscriptions.AddSubscription("sub-2", "cust-1")
 	p := supportflow.Proposal{ID: "p-ok", Actions: []supportflow.Action{
 		{TicketID: t1, Comment: &supportflow.Comment{Body: "Done: both plans cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1", "sub-2"}},
 		{TicketID: t2, Comment: &supportflow.Comment{Body: "internal: customer churned", Public: false}},
@@ -252,13 +225,13 @@ func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 	require.NoError(t, env.GetWorkflowError())
 
-	assert.Equal(t, 1, r.zd.CommentCount(t1))
-	assert.Equal(t, 1, r.zd.CommentCount(t2))
-	assert.False(t, r.zd.Comments(t2)[0].Public, "an internal note stays internal")
-	assert.Equal(t, 1, r.subs.Cancellations("sub-1"))
-	assert.Equal(t, 1, r.subs.Cancellations("sub-2"))
+	assert.Equal(t, 1, r.Zendesk.CommentCount(t1))
+	assert.Equal(t, 1, r.Zendesk.CommentCount(t2))
+	assert.False(t, r.Zendesk.Comments(t2)[0].Public, "an internal note stays internal")
+	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-1"))
+	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-2"))
 	for _, key := range []string{"p-ok:0", "p-ok:1"} {
-		a, err := r.led.Get(context.Background(), key)
+		a, err := r.Ledger.Get(context.Background(), key)
 		require.NoError(t, err)
 		assert.Equal(t, supportflow.StateApplied, a.State, key)
 		assert.NotZero(t, a.CommentID, key)
@@ -270,7 +243,7 @@ func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
 	require.Len(t, statuses, 2)
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
 	assert.Equal(t, []string{"sub-1", "sub-2"}, statuses[0].Cancelled)
-	assert.Equal(t, r.zd.Comments(t1)[0].ID, statuses[0].CommentID)
+	assert.Equal(t, r.Zendesk.Comments(t1)[0].ID, statuses[0].CommentID)
 }
 
 func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
@@ -280,21 +253,21 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 		{TicketID: 404404, Comment: &supportflow.Comment{Body: "hello", Public: true}, CancelSubscriptions: []string{"sub-1"}},
 		{TicketID: 404404, Comment: &supportflow.Comment{Body: "never reached", Public: true}},
 	}}
-	r.subs.AddSubscription("sub-1", "cust-1")
+	r.Subscriptions.AddSubscription("sub-1", "cust-1")
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
-	assert.Equal(t, 1, r.zd.Requests("PUT", "/api/v2/tickets/"), "a 404 is not retried")
-	assert.Equal(t, 0, r.zd.TotalComments())
-	assert.Equal(t, 0, r.subs.Cancellations("sub-1"), "the cancellation leg never ran")
+	assert.Equal(t, 1, r.Zendesk.Requests("PUT", "/api/v2/tickets/"), "a 404 is not retried")
+	assert.Equal(t, 0, r.Zendesk.TotalComments())
+	assert.Equal(t, 0, r.Subscriptions.Cancellations("sub-1"), "the cancellation leg never ran")
 
-	a, err := r.led.Get(context.Background(), "p-404:0")
+	a, err := r.Ledger.Get(context.Background(), "p-404:0")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, a.State)
 	assert.Contains(t, a.LastError, "404")
-	_, err = r.led.Get(context.Background(), "p-404:1")
+	_, err = r.Ledger.Get(context.Background(), "p-404:1")
 	assert.ErrorIs(t, err, ledger.ErrNotFound, "later actions are not started")
 
 	res, err := env.QueryWorkflow(supportflow.ActionsQuery)
@@ -309,8 +282,8 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 func TestExecuteProposal_PermanentlyFailingCancellationEndsPartialFailure(t *testing.T) {
 	env := newEnv(t)
 	r := newReal(t, env)
-	ticket := r.zd.AddTicket(standin.Ticket{Subject: "Cancel both"})
-	r.subs.AddSubscription("sub-ok", "cust-1")
+	ticket := r.Zendesk.AddTicket(standin.Ticket{Subject: "Cancel both"})
+	r.Subscriptions.AddSubscription("sub-ok", "cust-1")
 	// sub-gone is unknown to the service: a 404, which cannot succeed later.
 	p := supportflow.Proposal{ID: "p-partial", Actions: []supportflow.Action{
 		{TicketID: ticket, Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-gone", "sub-ok"}},
@@ -320,11 +293,11 @@ func TestExecuteProposal_PermanentlyFailingCancellationEndsPartialFailure(t *tes
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
-	assert.Equal(t, 1, r.zd.CommentCount(ticket), "the comment landed once")
-	assert.Equal(t, 1, r.subs.Cancellations("sub-ok"), "the other subscription was still cancelled")
-	assert.Equal(t, 1, r.subs.CancelCalls("sub-gone"), "a permanent refusal is not retried")
+	assert.Equal(t, 1, r.Zendesk.CommentCount(ticket), "the comment landed once")
+	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-ok"), "the other subscription was still cancelled")
+	assert.Equal(t, 1, r.Subscriptions.CancelCalls("sub-gone"), "a permanent refusal is not retried")
 
-	a, err := r.led.Get(context.Background(), "p-partial:0")
+	a, err := r.Ledger.Get(context.Background(), "p-partial:0")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, a.State)
 	require.Len(t, a.Cancellations, 2)

@@ -1,0 +1,61 @@
+// Package activitiestest wires the real activities to a real, migrated
+// PostgreSQL database and to the Zendesk and subscription-service
+// stand-ins through the real clients, for tests of activities and of the
+// workflows that run them.
+package activitiestest
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+)
+
+// Account is the ledger account the harness writes under.
+const Account = "acme"
+
+// Harness is a test's activities and the parts behind them.
+type Harness struct {
+	Activities    *activities.Activities
+	Zendesk       *standin.Zendesk
+	Subscriptions *standin.Subscriptions
+	Pool          *pgxpool.Pool
+	Ledger        *ledger.Ledger
+}
+
+// New returns activities with durations d (zero fields: the product's
+// defaults) on a fresh database of the test's own; everything is torn down
+// at t.Cleanup. The package's TestMain must use testenv.Main.
+func New(t testing.TB, d policy.Durations) *Harness {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	_, err := migrations.MigrateURL(context.Background(), url)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	const email, zdToken, subsToken = "agent@acme.test", "zd-token", "subs-token"
+	h := &Harness{Zendesk: standin.NewZendesk(email, zdToken), Subscriptions: standin.NewSubscriptions(subsToken), Pool: pool}
+	zsrv, ssrv := httptest.NewServer(h.Zendesk), httptest.NewServer(h.Subscriptions)
+	t.Cleanup(zsrv.Close)
+	t.Cleanup(ssrv.Close)
+	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: email, APIToken: zdToken})
+	require.NoError(t, err)
+	sc, err := subscriptions.New(ssrv.URL, subsToken, nil)
+	require.NoError(t, err)
+	h.Ledger = ledger.New(pool, Account)
+	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: h.Ledger, Durations: d.Fill()}
+	return h
+}
