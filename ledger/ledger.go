@@ -155,9 +155,6 @@ func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, 
 	}
 	var res Reservation
 	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, req.TicketID)); err != nil {
-			return err
-		}
 		var (
 			ticketID   int64
 			hasComment bool
@@ -168,30 +165,23 @@ func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, 
 			auditID    *int64
 			commentID  *int64
 		)
-		// Insert-if-absent then read back under a row lock: one statement
-		// for the common first reservation, and correct when 50 attempts
-		// race for the same key.
-		err := tx.QueryRow(ctx, `
-WITH ins AS (
-    INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
-    VALUES ($1, $2, $3, $4, $5, $6)
-    ON CONFLICT (account, key) DO NOTHING
-    RETURNING id
-)
-SELECT id FROM ins
-UNION ALL
-SELECT id FROM action WHERE account = $1 AND key = $2
-LIMIT 1`, l.account, req.Key, proposalID, index, req.TicketID, req.HasComment).Scan(&res.ID)
-		if err != nil {
-			return err
-		}
-		err = tx.QueryRow(ctx, `
-SELECT ticket_id, has_comment, state, claimant,
+		// One round trip: take the ticket lock, create the row if absent
+		// (correct when 50 attempts race for one key), and read it back
+		// under a row lock. The statements run in order on the server.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, req.TicketID))
+		b.Queue(`
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, req.TicketID, req.HasComment)
+		b.Queue(`
+SELECT id, ticket_id, has_comment, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
        attempts, zendesk_audit_id, zendesk_comment_id
-FROM action WHERE id = $1 FOR UPDATE`, res.ID).Scan(
-			&ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID)
-		if err != nil {
+FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID)
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if ticketID != req.TicketID || hasComment != req.HasComment {
@@ -213,28 +203,27 @@ FROM action WHERE id = $1 FOR UPDATE`, res.ID).Scan(
 		if commentID != nil {
 			res.CommentID = *commentID
 		}
-		if _, err := tx.Exec(ctx, `
+		// One more round trip: claim, create the cancellation rows on first
+		// use, and read which subscriptions already succeeded.
+		b = &pgx.Batch{}
+		b.Queue(`
 UPDATE action SET state = 'applying', claimant = $2, lease_expires_at = now() + $3::interval,
        attempts = attempts + 1, updated_at = now(), settled_at = NULL
-WHERE id = $1`, res.ID, req.Claimant, req.Lease); err != nil {
-			return err
-		}
+WHERE id = $1`, res.ID, req.Claimant, req.Lease)
 		if len(req.Subscriptions) > 0 {
-			if _, err := tx.Exec(ctx, `
+			b.Queue(`
 INSERT INTO action_cancellation (action_id, subscription_id, position)
 SELECT $1, s, p - 1 FROM unnest($2::text[]) WITH ORDINALITY AS t(s, p)
-ON CONFLICT (action_id, subscription_id) DO NOTHING`, res.ID, req.Subscriptions); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.Query(ctx, `
+ON CONFLICT (action_id, subscription_id) DO NOTHING`, res.ID, req.Subscriptions)
+			b.Queue(`
 SELECT subscription_id FROM action_cancellation
-WHERE action_id = $1 AND state = 'cancelled' ORDER BY position`, res.ID)
-		if err != nil {
-			return err
+WHERE action_id = $1 AND state = 'cancelled' ORDER BY position`, res.ID).Query(func(rows pgx.Rows) error {
+				var err error
+				res.Cancelled, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
 		}
-		res.Cancelled, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return Reservation{}, fmt.Errorf("ledger: reserve %s: %w", req.Key, err)
