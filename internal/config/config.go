@@ -63,7 +63,8 @@ type Worker struct {
 var ErrConfig = errors.New("configuration")
 
 // LoadWorker reads the worker's configuration. It reports every missing or
-// malformed variable at once, by name, never by value.
+// malformed variable at once, by name; the value of a secret or URL is never
+// put in an error.
 func LoadWorker() (Worker, error) {
 	get := func(name, def string) string {
 		if v := strings.TrimSpace(os.Getenv(name)); v != "" {

@@ -1,0 +1,55 @@
+package config
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+func setAll(t *testing.T) {
+	for k, v := range map[string]string{
+		"DATABASE_URL": "postgres://u:pw@db/sf", "ZENDESK_URL": "http://zd.test:8080", "ZENDESK_EMAIL": "a@b.test",
+		"ZENDESK_API_TOKEN": "zd-secret", "SUBSCRIPTIONS_URL": "http://subs.test", "SUBSCRIPTIONS_TOKEN": "subs-secret",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
+func TestLoadWorker_Defaults(t *testing.T) {
+	setAll(t)
+	c, err := LoadWorker()
+	require.NoError(t, err)
+	assert.Equal(t, "localhost:7233", c.TemporalAddress)
+	assert.Equal(t, "supportflow", c.TaskQueue)
+	assert.Equal(t, "zd.test:8080", c.Account, "the account defaults to the Zendesk host")
+	assert.Equal(t, policy.Defaults(), c.Durations)
+}
+
+func TestLoadWorker_ReportsEveryProblemByNameNeverByValue(t *testing.T) {
+	setAll(t)
+	t.Setenv("ZENDESK_API_TOKEN", "")
+	t.Setenv("SUBSCRIPTIONS_URL", "")
+	t.Setenv("SUPPORTFLOW_DRAIN_TIMEOUT", "forever")
+	t.Setenv("SUPPORTFLOW_RETRY_BASE", "zd-secret")
+	_, err := LoadWorker()
+	require.ErrorIs(t, err, ErrConfig)
+	for _, name := range []string{"ZENDESK_API_TOKEN", "SUBSCRIPTIONS_URL", "SUPPORTFLOW_DRAIN_TIMEOUT", "SUPPORTFLOW_RETRY_BASE"} {
+		assert.ErrorContains(t, err, name)
+	}
+	assert.NotContains(t, err.Error(), "pw@db", "the database URL (with its password) is never echoed")
+}
+
+func TestPrintHelp_ListsEveryVariable(t *testing.T) {
+	var b bytes.Buffer
+	PrintHelp(&b)
+	for _, v := range Vars {
+		assert.Contains(t, b.String(), v.Name)
+	}
+	for _, e := range policy.Env {
+		assert.Contains(t, b.String(), e.Name)
+	}
+}
