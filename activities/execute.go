@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -60,8 +58,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	var out PostReplyResult
 	var ambiguous bool
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
-		landed, source := res.AuditID, "ledger"
-		commentID := res.CommentID
+		auditID, commentID, source := res.AuditID, res.CommentID, "ledger"
 		if !res.CommentLanded() && res.PriorAttempts > 0 {
 			// An earlier attempt may have posted and lost the answer:
 			// Zendesk recorded the key on the audit if it did.
@@ -73,7 +70,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 				return err
 			}
 			if found {
-				landed, commentID, source = l.AuditID, l.CommentID, "audit"
+				auditID, commentID, source = l.AuditID, l.CommentID, "audit"
 				log.Info("comment found on the ticket's audits; not posting again", "comment_id", l.CommentID)
 			}
 		}
@@ -89,9 +86,9 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 				ambiguous = mayHaveLanded(err)
 				return err
 			}
-			landed, commentID, source = l.AuditID, l.CommentID, "posted"
+			auditID, commentID, source = l.AuditID, l.CommentID, "posted"
 		}
-		state, won, err := a.Ledger.RecordComment(ctx, res.ID, claimant, landed, commentID)
+		state, won, err := a.Ledger.RecordComment(ctx, res.ID, claimant, auditID, commentID)
 		if err != nil {
 			return err
 		}
@@ -99,7 +96,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 			return errLostClaim
 		}
 		p.set(func(p *Progress) { p.Done, p.Step = 1, "recorded" })
-		out = PostReplyResult{AuditID: landed, CommentID: commentID, Source: source, State: state}
+		out = PostReplyResult{AuditID: auditID, CommentID: commentID, Source: source, State: state}
 		return nil
 	})
 	if err == nil {
@@ -224,7 +221,9 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			}
 		}
 		if len(refused) > 0 {
-			return rejected(errors.Join(refused...))
+			// Permanent, so endAttempt releases the claim with this error
+			// and fails the activity non-retryably.
+			return errors.Join(refused...)
 		}
 		state, won, err := a.Ledger.Finish(ctx, res.ID, claimant, "")
 		if err != nil {
@@ -239,11 +238,6 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	out.Cancelled = ordered(in.Action.CancelSubscriptions, cancelled)
 	if err == nil {
 		return out, nil
-	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.NonRetryable() {
-		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, err.Error())
-		return out, err
 	}
 	return out, a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
 }

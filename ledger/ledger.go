@@ -245,20 +245,21 @@ func (l *Ledger) ExtendLease(ctx context.Context, id int64, claimant string, lea
 	return tag.RowsAffected() == 1, nil
 }
 
+// complete is true, inside an UPDATE of action, when the action has
+// nothing left to do: its comment (if any) landed, counting one this very
+// statement records as $3, and every cancellation succeeded.
+const complete = `(NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
+   AND NOT EXISTS (SELECT 1 FROM action_cancellation c
+                   WHERE c.action_id = action.id AND c.state <> 'cancelled')`
+
 // finish is the tail of a fenced write that ends an attempt's work on a
-// leg: the action becomes 'applied' when its comment (if any) landed and
-// every cancellation succeeded; otherwise it stays 'applying' with the
-// lease released, so the next leg or attempt can claim it at once.
+// leg: the action becomes 'applied' when it is complete; otherwise it stays
+// 'applying' with the lease released, so the next leg or attempt can claim
+// it at once.
 const finish = `
-state = CASE WHEN (NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
-               AND NOT EXISTS (SELECT 1 FROM action_cancellation c
-                               WHERE c.action_id = action.id AND c.state <> 'cancelled')
-             THEN 'applied' ELSE 'applying' END,
+state = CASE WHEN ` + complete + ` THEN 'applied' ELSE 'applying' END,
 lease_expires_at = NULL,
-settled_at = CASE WHEN (NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
-               AND NOT EXISTS (SELECT 1 FROM action_cancellation c
-                               WHERE c.action_id = action.id AND c.state <> 'cancelled')
-             THEN now() END,
+settled_at = CASE WHEN ` + complete + ` THEN now() END,
 updated_at = now()`
 
 // RecordComment records that the comment landed (audit and comment IDs)
