@@ -20,12 +20,32 @@ const TaskQueue = "supportflow"
 // function never silently renames a workflow type with open executions.
 const (
 	ExecuteProposalWorkflow = "ExecuteProposal"
+	DraftReplyWorkflow      = "DraftReply"
+	ScanTicketsWorkflow     = "ScanTickets"
+	EvaluateDraftsWorkflow  = "EvaluateDrafts"
 )
 
 // Query names.
 const (
 	// ActionsQuery returns []ActionStatus for an ExecuteProposal workflow.
 	ActionsQuery = "actions"
+	// DraftQuery returns a DraftStatus for a DraftReply workflow.
+	DraftQuery = "draft"
+	// EvaluationQuery returns an EvaluationStatus for an EvaluateDrafts
+	// workflow.
+	EvaluationQuery = "evaluation"
+)
+
+// Update and signal names of DraftReply.
+const (
+	// ApproveUpdate approves the draft's current proposal (ApproveRequest)
+	// and answers an ApproveResult.
+	ApproveUpdate = "approve"
+	// RejectUpdate rejects the draft's current proposal (RejectRequest).
+	RejectUpdate = "reject"
+	// SupersedeSignal tells a draft that the customer wrote again
+	// (TicketActivity).
+	SupersedeSignal = "supersede"
 )
 
 // Application error types: what a caller sees in a failed workflow or
@@ -45,12 +65,51 @@ const (
 	// ErrTypeActionFailed marks an ExecuteProposal that ended with an action
 	// in failed or partial_failure.
 	ErrTypeActionFailed = "ActionFailed"
+	// ErrTypeInvalidModelOutput marks a model answer that is not the JSON
+	// the drafting prompt asks for; the attempt fails and is retried within
+	// the model's budget.
+	ErrTypeInvalidModelOutput = "InvalidModelOutput"
+	// ErrTypeStaleProposal marks an approval or rejection of a proposal
+	// that is not the draft's current one awaiting approval.
+	ErrTypeStaleProposal = "StaleProposal"
+	// ErrTypeDraftFailed marks a draft that could not be produced.
+	ErrTypeDraftFailed = "DraftFailed"
 )
 
 // ExecuteWorkflowID is the workflow ID of a proposal's execution. It is
 // derived from business identity so that a second approval of the same
 // proposal joins the running execution instead of starting another one.
 func ExecuteWorkflowID(proposalID string) string { return "execute/" + proposalID }
+
+// DraftWorkflowID is the workflow ID of a ticket's draft: one draft per
+// ticket at a time, so a double click or a scan racing a click joins it.
+func DraftWorkflowID(ticketID int64) string { return "draft/" + strconv.FormatInt(ticketID, 10) }
+
+// EvaluationWorkflowID is the workflow ID of an evaluation run.
+func EvaluationWorkflowID(runID string) string { return "eval/" + runID }
+
+// ScanScheduleID is the ID of the Temporal Schedule that runs ScanTickets.
+const ScanScheduleID = "supportflow-scan-tickets"
+
+// Search attributes supportflow sets, so the Web UI and the app can filter
+// workflows by them. Each must be registered on the namespace as a Keyword
+// (see SearchAttributes).
+const (
+	// SearchAttrState is a draft's state (DraftGathering ...).
+	SearchAttrState = "SupportflowState"
+	// SearchAttrTicketID is the Zendesk ticket a workflow works on.
+	SearchAttrTicketID = "SupportflowTicketID"
+	// SearchAttrProposalID is the draft's current proposal.
+	SearchAttrProposalID = "SupportflowProposalID"
+)
+
+// SearchAttributes maps every custom search attribute to its type, as
+// `temporal operator search-attribute create` takes them.
+var SearchAttributes = map[string]string{
+	SearchAttrState:      "Keyword",
+	SearchAttrTicketID:   "Keyword",
+	SearchAttrProposalID: "Keyword",
+}
 
 // MaxCommentBytes is Zendesk's limit on a comment body (64 KiB). A longer
 // body is rejected before anything is written.

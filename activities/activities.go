@@ -24,6 +24,7 @@ import (
 type Zendesk interface {
 	PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string) (zendeskclient.Landed, error)
 	FindAction(ctx context.Context, ticketID int64, actionKey string) (zendeskclient.Landed, bool, error)
+	Conversation(ctx context.Context, ticketID int64) (zendeskclient.Conversation, error)
 }
 
 // Subscriptions is what the activities need from the subscription service.
@@ -37,7 +38,9 @@ type Subscriptions interface {
 type Activities struct {
 	Zendesk       Zendesk
 	Subscriptions Subscriptions
-	Ledger        *ledger.Ledger
+	// Model drafts replies.
+	Model  Model
+	Ledger *ledger.Ledger
 	// Durations are the heartbeat interval, lease and call timeouts.
 	Durations policy.Durations
 	// Logger receives operational logs; nil means slog.Default(). Secrets

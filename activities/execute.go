@@ -54,7 +54,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		log.Info("took over an expired claim", "prior_attempts", res.PriorAttempts)
 	}
 
-	p := &progress{p: Progress{Leg: "zendesk", Total: 1}}
+	p := &progress{v: Progress{Leg: "zendesk", Total: 1}}
 	var out PostReplyResult
 	var ambiguous bool
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
@@ -179,7 +179,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			todo = append(todo, s)
 		}
 	}
-	p := &progress{p: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(res.Cancelled)}}
+	p := &progress{v: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(res.Cancelled)}}
 	var (
 		out       CancelResult
 		ambiguous bool

@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -18,22 +17,9 @@ type Progress struct {
 	Step  string `json:"step,omitempty"`
 }
 
-type progress struct {
-	mu sync.Mutex
-	p  Progress
-}
-
-func (p *progress) set(f func(*Progress)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f(&p.p)
-}
-
-func (p *progress) get() Progress {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.p
-}
+// progress is a leg's Progress, updated by the work and read by the
+// heartbeat.
+type progress = progressOf[Progress]
 
 // errAttemptOver is the cause given to the work's context when Temporal no
 // longer considers the attempt live (heartbeat timeout, cancellation).
@@ -46,6 +32,31 @@ var errAttemptOver = errors.New("the attempt is no longer live in Temporal")
 // claim was taken over, it cancels the work and waits for it to stop: a
 // stale attempt must not go on writing.
 func (a *Activities) heartbeating(ctx context.Context, claimID int64, claimant string, p *progress, work func(context.Context) error) error {
+	return a.beating(ctx, p.details, func(ctx context.Context) error {
+		won, err := a.Ledger.ExtendLease(ctx, claimID, claimant, a.Durations.Lease)
+		if err != nil {
+			// The lease still has time; the work's own fenced writes
+			// catch a loss, and a persistent outage ends the attempt
+			// through its deadline.
+			a.log(ctx).Warn("extending lease failed", "error", err)
+			return nil
+		}
+		if !won {
+			return errLostClaim
+		}
+		return nil
+	}, work)
+}
+
+// beating runs work while a ticker separate from the work heartbeats
+// details() to Temporal every heartbeat interval, so an attempt beats while
+// its work is blocked (a model that has gone silent, a slow query) and
+// stops beating only when its process stops. After each heartbeat, onTick
+// (if any) runs; an error from it cancels the work. When Temporal has given
+// the attempt up (a timed-out or cancelled attempt's context ends after its
+// next heartbeat), the work is cancelled and waited for, so a stale attempt
+// stops rather than running on unseen.
+func (a *Activities) beating(ctx context.Context, details func() any, onTick func(context.Context) error, work func(context.Context) error) error {
 	workCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)
@@ -58,23 +69,18 @@ func (a *Activities) heartbeating(ctx context.Context, claimID int64, claimant s
 		case err := <-done:
 			return err
 		case <-tick.C:
-			activity.RecordHeartbeat(ctx, p.get())
+			activity.RecordHeartbeat(ctx, details())
 			if ctx.Err() != nil {
 				cancel(errAttemptOver)
 				return errors.Join(errAttemptOver, <-done)
 			}
-			won, err := a.Ledger.ExtendLease(ctx, claimID, claimant, a.Durations.Lease)
-			if err != nil {
-				// The lease still has time; the work's own fenced writes
-				// catch a loss, and a persistent outage ends the attempt
-				// through its deadline.
-				a.log(ctx).Warn("extending lease failed", "error", err)
+			if onTick == nil {
 				continue
 			}
-			if !won {
-				cancel(errLostClaim)
+			if err := onTick(ctx); err != nil {
+				cancel(err)
 				<-done
-				return errLostClaim
+				return err
 			}
 		}
 	}

@@ -18,6 +18,11 @@ type TicketMirror struct {
 	// UpdatedAt is Zendesk's updated_at; an older copy never overwrites a
 	// newer one, so out-of-order webhooks are harmless.
 	UpdatedAt time.Time
+	// LastCustomerCommentAt and LastAgentCommentAt are the times of the
+	// newest public comment by the requester and by an agent; zero when
+	// unknown. The scan drafts a reply when the customer spoke last.
+	LastCustomerCommentAt time.Time
+	LastAgentCommentAt    time.Time
 }
 
 // UpsertTicketMirror writes a ticket's mirror in its own transaction,
@@ -48,15 +53,27 @@ func (l *Ledger) UpsertTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMi
 		requester = &t.RequesterID
 	}
 	tag, err := tx.Exec(ctx, `
-INSERT INTO ticket_mirror (account, ticket_id, subject, status, requester_id, zendesk_updated_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO ticket_mirror (account, ticket_id, subject, status, requester_id, zendesk_updated_at,
+                           last_customer_comment_at, last_agent_comment_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (account, ticket_id) DO UPDATE
 SET subject = excluded.subject, status = excluded.status, requester_id = excluded.requester_id,
-    zendesk_updated_at = excluded.zendesk_updated_at, mirrored_at = now()
+    zendesk_updated_at = excluded.zendesk_updated_at, mirrored_at = now(),
+    last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
+    last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)
 WHERE ticket_mirror.zendesk_updated_at <= excluded.zendesk_updated_at`,
-		l.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt)
+		l.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
+		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt))
 	if err != nil {
 		return false, fmt.Errorf("ledger: mirror ticket %d: %w", t.TicketID, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// nullTime maps the zero time to SQL NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -27,6 +27,9 @@ type Workflows struct {
 // Register registers every workflow under its stable name.
 func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.ExecuteProposal, workflow.RegisterOptions{Name: supportflow.ExecuteProposalWorkflow})
+	r.RegisterWorkflowWithOptions(w.DraftReply, workflow.RegisterOptions{Name: supportflow.DraftReplyWorkflow})
+	r.RegisterWorkflowWithOptions(w.ScanTickets, workflow.RegisterOptions{Name: supportflow.ScanTicketsWorkflow})
+	r.RegisterWorkflowWithOptions(w.EvaluateDrafts, workflow.RegisterOptions{Name: supportflow.EvaluateDraftsWorkflow})
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }

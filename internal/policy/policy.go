@@ -48,6 +48,14 @@ type Durations struct {
 	RetryBase time.Duration
 	// RetryCap caps a retry delay. Default 300 s.
 	RetryCap time.Duration
+	// ModelAttemptTimeout is the start-to-close deadline of one model
+	// attempt (streaming a draft). Default 300 s.
+	ModelAttemptTimeout time.Duration
+	// ProposalExpiry is how long a proposal may wait for approval before
+	// the draft ends expired. Default 72 h.
+	ProposalExpiry time.Duration
+	// ScanInterval is how often the schedule runs ScanTickets. Default 5 min.
+	ScanInterval time.Duration
 }
 
 // Defaults returns the product's durations.
@@ -61,6 +69,9 @@ func Defaults() Durations {
 		DeadlineMargin:          15 * time.Second,
 		RetryBase:               5 * time.Second,
 		RetryCap:                300 * time.Second,
+		ModelAttemptTimeout:     300 * time.Second,
+		ProposalExpiry:          72 * time.Hour,
+		ScanInterval:            5 * time.Minute,
 	}
 }
 
@@ -76,6 +87,9 @@ func (d Durations) Fill() Durations {
 		DeadlineMargin:          cmp.Or(d.DeadlineMargin, def.DeadlineMargin),
 		RetryBase:               cmp.Or(d.RetryBase, def.RetryBase),
 		RetryCap:                cmp.Or(d.RetryCap, def.RetryCap),
+		ModelAttemptTimeout:     cmp.Or(d.ModelAttemptTimeout, def.ModelAttemptTimeout),
+		ProposalExpiry:          cmp.Or(d.ProposalExpiry, def.ProposalExpiry),
+		ScanInterval:            cmp.Or(d.ScanInterval, def.ScanInterval),
 	}
 }
 
@@ -95,6 +109,7 @@ func (d Durations) Validate() error {
 		"heartbeat interval": d.HeartbeatInterval, "heartbeat timeout": d.HeartbeatTimeout,
 		"lease": d.Lease, "Zendesk call timeout": d.ZendeskCallTimeout,
 		"subscription call timeout": d.SubscriptionCallTimeout, "retry base": d.RetryBase, "retry cap": d.RetryCap,
+		"model attempt timeout": d.ModelAttemptTimeout, "proposal expiry": d.ProposalExpiry, "scan interval": d.ScanInterval,
 	} {
 		check(v > 0, "%s must be positive, got %s", name, v)
 	}
@@ -103,6 +118,7 @@ func (d Durations) Validate() error {
 	check(d.HeartbeatInterval < d.Lease, "heartbeat interval %s must be shorter than the lease %s", d.HeartbeatInterval, d.Lease)
 	check(d.Lease > d.ZendeskCallTimeout && d.Lease > d.SubscriptionCallTimeout,
 		"lease %s must outlive one call (Zendesk %s, subscriptions %s)", d.Lease, d.ZendeskCallTimeout, d.SubscriptionCallTimeout)
+	check(d.HeartbeatTimeout < d.ModelAttemptTimeout, "heartbeat timeout %s must be shorter than the model attempt timeout %s", d.HeartbeatTimeout, d.ModelAttemptTimeout)
 	check(d.RetryBase <= d.RetryCap, "retry base %s must not exceed the cap %s", d.RetryBase, d.RetryCap)
 	return errors.Join(errs...)
 }
@@ -122,6 +138,9 @@ var Env = []struct {
 	{"SUPPORTFLOW_DEADLINE_MARGIN", "added to an activity's call timeouts for its deadline", 15 * time.Second, func(d *Durations) *time.Duration { return &d.DeadlineMargin }},
 	{"SUPPORTFLOW_RETRY_BASE", "first retry delay, doubling per attempt", 5 * time.Second, func(d *Durations) *time.Duration { return &d.RetryBase }},
 	{"SUPPORTFLOW_RETRY_CAP", "largest retry delay", 300 * time.Second, func(d *Durations) *time.Duration { return &d.RetryCap }},
+	{"SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT", "deadline of one model attempt (streaming a draft)", 300 * time.Second, func(d *Durations) *time.Duration { return &d.ModelAttemptTimeout }},
+	{"SUPPORTFLOW_PROPOSAL_EXPIRY", "how long a proposal waits for approval before it expires", 72 * time.Hour, func(d *Durations) *time.Duration { return &d.ProposalExpiry }},
+	{"SUPPORTFLOW_SCAN_INTERVAL", "how often the scheduled scan looks for tickets to draft", 5 * time.Minute, func(d *Durations) *time.Duration { return &d.ScanInterval }},
 }
 
 // FromEnv reads the durations from the environment (unset means default)
@@ -152,6 +171,11 @@ const (
 	KindZendesk Kind = "zendesk"
 	// KindSubscriptions is the cancellation leg (CancelSubscriptions).
 	KindSubscriptions Kind = "subscriptions"
+	// KindModel is a model call (GenerateDraft): two attempts, because a
+	// model that failed twice is down, and a human is waiting.
+	KindModel Kind = "model"
+	// KindZendeskRead is reading a ticket and its conversation.
+	KindZendeskRead Kind = "zendesk_read"
 	// KindLedger is bookkeeping that must eventually succeed (settling an
 	// action after its last attempt failed).
 	KindLedger Kind = "ledger"
@@ -161,6 +185,8 @@ const (
 var Budgets = map[Kind]int32{
 	KindZendesk:       10,
 	KindSubscriptions: 10,
+	KindModel:         2,
+	KindZendeskRead:   5,
 	KindLedger:        0,
 }
 

@@ -43,6 +43,9 @@ type Ticket struct {
 	Description string
 	// RequesterID defaults to a fixed end-user ID when 0.
 	RequesterID int64
+	// RequesterName is the requester's name, sideloaded with comments;
+	// defaults to "Customer {RequesterID}".
+	RequesterName string
 	// Status defaults to "new".
 	Status string
 	Tags   []string
@@ -178,6 +181,9 @@ func (z *Zendesk) AddTicket(t Ticket) int64 {
 	if t.Status == "" {
 		t.Status = "new"
 	}
+	if t.RequesterName == "" {
+		t.RequesterName = fmt.Sprintf("Customer %d", t.RequesterID)
+	}
 	t.Tags = slices.Clone(t.Tags)
 
 	now := time.Now()
@@ -214,6 +220,62 @@ func (z *Zendesk) AddTicket(t Ticket) int64 {
 	})
 	z.tickets[t.ID] = zt
 	return t.ID
+}
+
+// SeedComment is a comment written outside the API: the customer writing
+// again, or an agent's reply typed in Zendesk's own UI.
+type SeedComment struct {
+	Body string
+	// Agent is true for an agent's reply, false for the requester's.
+	Agent bool
+	// Private makes an agent's internal note.
+	Private bool
+	// At defaults to now.
+	At time.Time
+}
+
+// AddComment appends a seeded comment (and its audit) to a ticket and
+// returns the comment's ID. Seeded comments are not counted by Comments,
+// CommentCount or TotalComments, which count what supportflow posted. It
+// panics on an unknown ticket, since that is a bug in the seed.
+func (z *Zendesk) AddComment(ticketID int64, c SeedComment) int64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		panic(fmt.Sprintf("standin: Zendesk ticket %d does not exist", ticketID))
+	}
+	at := c.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	author := zt.RequesterID
+	if c.Agent {
+		author = ZendeskAgentID
+	}
+	auditID := z.newID()
+	zc := zComment{
+		Comment:  Comment{ID: z.newID(), AuditID: auditID, Body: c.Body, Public: !c.Private, At: at},
+		authorID: author,
+		htmlBody: textToHTML(c.Body),
+	}
+	zt.comments = append(zt.comments, zc)
+	if at.After(zt.updatedAt) {
+		zt.updatedAt = at
+	}
+	if !c.Agent && (zt.Status == "pending" || zt.Status == "solved") {
+		zt.Status = "open" // a customer reply reopens the ticket, as in Zendesk
+	}
+	zt.audits = append(zt.audits, auditJSON{
+		ID:        auditID,
+		TicketID:  ticketID,
+		CreatedAt: zendeskTime(at),
+		AuthorID:  author,
+		Metadata:  newAuditMetadata(nil),
+		Via:       newVia("web"),
+		Events:    []any{commentEvent(zc)},
+	})
+	return zc.ID
 }
 
 // Ticket returns the current state of a ticket.
@@ -447,17 +509,26 @@ func (z *Zendesk) listComments(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// All comments come on one page: supportflow's tickets are short, and
-	// next_page: null tells any client that there is nothing more.
+	// next_page: null (offset pagination) or meta.has_more: false (cursor
+	// pagination) tells any client that there is nothing more.
 	comments := make([]commentJSON, 0, len(zt.comments))
 	for _, c := range zt.comments {
 		comments = append(comments, newCommentJSON(c))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	resp := map[string]any{
 		"comments":      comments,
 		"next_page":     nil,
 		"previous_page": nil,
 		"count":         len(comments),
-	})
+		"meta":          map[string]any{"has_more": false, "after_cursor": nil, "before_cursor": nil},
+	}
+	if strings.Contains(r.URL.Query().Get("include"), "users") {
+		resp["users"] = []map[string]any{
+			{"id": zt.RequesterID, "name": zt.RequesterName, "role": "end-user"},
+			{"id": ZendeskAgentID, "name": "Support Agent", "role": "agent"},
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // maxPerPage is Zendesk's limit (and default) for offset pagination.

@@ -1,0 +1,359 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/eval"
+	"github.com/supportflow/supportflow/internal/model"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+// Model is what drafting needs from the model: one streamed completion
+// answering a JSON object. It must not retry on its own.
+type Model interface {
+	Complete(ctx context.Context, msgs []model.Message, onToken func(tokens int)) (string, error)
+	Model() string
+}
+
+// LoadTicketInput names the ticket a draft (or an evaluation) reads.
+type LoadTicketInput struct {
+	TicketID int64 `json:"ticket_id"`
+	// ForEvaluation cuts the conversation just before the agents' newest
+	// public reply and returns that reply as ActualReply, so a draft of the
+	// earlier conversation can be scored against it.
+	ForEvaluation bool `json:"for_evaluation,omitempty"`
+}
+
+// TicketContext is everything a draft is written from.
+type TicketContext struct {
+	Conversation zendeskclient.Conversation `json:"conversation"`
+	// Enrichment is the customer's commerce data; nil when the ticket has
+	// not been enriched (yet).
+	Enrichment *ledger.Enrichment `json:"enrichment,omitempty"`
+	// ActualReply is the agent's reply a draft is scored against (only
+	// with ForEvaluation).
+	ActualReply string `json:"actual_reply,omitempty"`
+}
+
+// LoadTicket reads a ticket's public conversation from Zendesk, and its
+// enrichment from PostgreSQL when there is one.
+//
+// Errors: a ticket id that is not positive is InvalidInput; a ticket
+// Zendesk does not know (404) or refuses (401/403) is Rejected; both are
+// final. A ticket whose conversation has nothing from the customer, or
+// (for evaluation) no agent reply after the customer spoke, is InvalidInput.
+// Everything else is retried under the one policy.
+func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (TicketContext, error) {
+	if in.TicketID <= 0 {
+		return TicketContext{}, invalid(fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, in.TicketID))
+	}
+	step := &progressOf[supportflow.DraftProgress]{v: supportflow.DraftProgress{Step: "loading ticket", Attempt: activity.GetInfo(ctx).Attempt}}
+	var out TicketContext
+	err := a.beating(ctx, step.details, nil, func(ctx context.Context) error {
+		callCtx, cancel := context.WithTimeout(ctx, 2*a.Durations.ZendeskCallTimeout)
+		conv, err := a.Zendesk.Conversation(callCtx, in.TicketID)
+		cancel()
+		if err != nil {
+			return err
+		}
+		out.Conversation = conv
+		e, found, err := a.Ledger.GetEnrichment(ctx, in.TicketID)
+		if err != nil {
+			return err
+		}
+		if found {
+			out.Enrichment = &e
+		}
+		return nil
+	})
+	if err != nil {
+		if isPermanent(err) {
+			return TicketContext{}, rejected(err)
+		}
+		return TicketContext{}, err
+	}
+	if in.ForEvaluation {
+		cut := -1
+		for i, c := range out.Conversation.Comments {
+			if c.Author == zendeskclient.AuthorAgent && i > 0 {
+				cut = i
+			}
+		}
+		if cut < 0 {
+			return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no agent reply to evaluate against", supportflow.ErrInvalidInput, in.TicketID))
+		}
+		out.ActualReply = out.Conversation.Comments[cut].Body
+		out.Conversation.Comments = out.Conversation.Comments[:cut]
+	}
+	if out.Conversation.LastAt(zendeskclient.AuthorCustomer).IsZero() {
+		return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no public comment from the customer to reply to", supportflow.ErrInvalidInput, in.TicketID))
+	}
+	return out, nil
+}
+
+// GenerateInput asks for one draft of a ticket.
+type GenerateInput struct {
+	ProposalID string        `json:"proposal_id"`
+	Ticket     TicketContext `json:"ticket"`
+}
+
+// draftAnswer is the JSON object the model must answer.
+type draftAnswer struct {
+	Reply               *string  `json:"reply"`
+	CancelSubscriptions []string `json:"cancel_subscriptions"`
+}
+
+// systemPrompt tells the model what to answer. The ticket itself follows
+// as a JSON document in the user message.
+const systemPrompt = `You are a customer-support agent for a consumer subscription business.
+Write the next public reply to the customer on the ticket given as JSON.
+Answer with one JSON object and nothing else:
+{"reply": "<the reply, plain text>", "cancel_subscriptions": ["<subscription id>", ...]}
+Only list a subscription when the customer clearly asked to cancel it, and only
+ids from "active_subscriptions". Never promise anything you cannot do.`
+
+// promptTicket is the user message: the conversation and the customer's
+// commerce data.
+type promptTicket struct {
+	TicketID            int64           `json:"ticket_id"`
+	Subject             string          `json:"subject"`
+	RequesterName       string          `json:"requester_name,omitempty"`
+	Comments            []promptComment `json:"comments"`
+	ActiveSubscriptions []string        `json:"active_subscriptions"`
+	LifetimeOrders      *int64          `json:"lifetime_orders,omitempty"`
+}
+
+type promptComment struct {
+	Author string `json:"author"`
+	Body   string `json:"body"`
+}
+
+// Messages builds the chat messages for a ticket.
+func Messages(t TicketContext) []model.Message {
+	pt := promptTicket{
+		TicketID: t.Conversation.TicketID, Subject: t.Conversation.Subject,
+		RequesterName: t.Conversation.RequesterName, ActiveSubscriptions: []string{},
+	}
+	for _, c := range t.Conversation.Comments {
+		pt.Comments = append(pt.Comments, promptComment{Author: c.Author, Body: c.Body})
+	}
+	if e := t.Enrichment; e != nil {
+		pt.ActiveSubscriptions = slices.Clone(e.ActiveSubscriptions)
+		pt.LifetimeOrders = &e.LifetimeOrders
+	}
+	user, _ := json.Marshal(pt) // plain structs: cannot fail
+	return []model.Message{{Role: "system", Content: systemPrompt}, {Role: "user", Content: string(user)}}
+}
+
+// GenerateDraft streams a draft from the model and validates it. The
+// heartbeat details carry the tokens received so far (DraftProgress), on a
+// ticker that beats while the model is silent; a model that never answers
+// is ended by the attempt's start-to-close deadline, and a retry starts
+// the draft afresh. The model client never retries; this activity has no
+// retry loop of its own: the one policy retries it.
+//
+// Errors: a malformed input is InvalidInput; an answer that is not the
+// JSON object asked for, or proposes what it may not (an empty or
+// oversized reply, a subscription the customer does not have) is
+// InvalidModelOutput and retried; a model refusal that cannot change (401,
+// 404 unknown model, 400) is Rejected; the rest are retried, a 429 no
+// sooner than its Retry-After.
+func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (supportflow.DraftProposal, error) {
+	if err := supportflow.ValidateProposalID(in.ProposalID); err != nil {
+		return supportflow.DraftProposal{}, invalid(err)
+	}
+	if in.Ticket.Conversation.TicketID <= 0 {
+		return supportflow.DraftProposal{}, invalid(fmt.Errorf("%w: the ticket context has no ticket id", supportflow.ErrInvalidInput))
+	}
+	p := &progressOf[supportflow.DraftProgress]{v: supportflow.DraftProgress{Step: "waiting for the model", Attempt: activity.GetInfo(ctx).Attempt}}
+	var content string
+	err := a.beating(ctx, p.details, nil, func(ctx context.Context) error {
+		var err error
+		content, err = a.Model.Complete(ctx, Messages(in.Ticket), func(n int) {
+			p.set(func(v *supportflow.DraftProgress) { v.Step, v.Tokens = "streaming", n })
+		})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, errAttemptOver) {
+			return supportflow.DraftProposal{}, err
+		}
+		if isPermanent(err) {
+			return supportflow.DraftProposal{}, rejected(err)
+		}
+		return supportflow.DraftProposal{}, err
+	}
+	draft, err := ParseDraft(content, in.Ticket)
+	if err != nil {
+		a.log(ctx).Warn("model answered an invalid draft", "ticket_id", in.Ticket.Conversation.TicketID,
+			"error", err, "tokens", p.get().Tokens)
+		return supportflow.DraftProposal{}, temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeInvalidModelOutput, err)
+	}
+	draft.ID = in.ProposalID
+	draft.Model = a.Model.Model()
+	return draft, nil
+}
+
+// ErrInvalidModelOutput is wrapped by every ParseDraft error.
+var ErrInvalidModelOutput = errors.New("invalid model output")
+
+// ParseDraft validates the model's answer against the ticket: one JSON
+// object with a non-empty "reply" within Zendesk's comment limit, and
+// "cancel_subscriptions" naming only subscriptions the customer has
+// (none when the ticket has no enrichment), each once.
+func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, error) {
+	bad := func(format string, args ...any) (supportflow.DraftProposal, error) {
+		return supportflow.DraftProposal{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidModelOutput}, args...)...)
+	}
+	dec := json.NewDecoder(strings.NewReader(content))
+	var ans draftAnswer
+	if err := dec.Decode(&ans); err != nil {
+		return bad("the answer is not a JSON object (%v): %q", err, clip(content, 120))
+	}
+	if dec.More() {
+		return bad("the answer has text after its JSON object")
+	}
+	if ans.Reply == nil {
+		return bad(`the answer has no "reply"`)
+	}
+	reply := strings.TrimSpace(*ans.Reply)
+	if reply == "" {
+		return bad("the reply is empty")
+	}
+	if len(reply) > supportflow.MaxCommentBytes {
+		return bad("the reply is %d bytes, over Zendesk's limit of %d", len(reply), supportflow.MaxCommentBytes)
+	}
+	var allowed []string
+	if t.Enrichment != nil {
+		allowed = t.Enrichment.ActiveSubscriptions
+	}
+	if len(ans.CancelSubscriptions) > supportflow.MaxSubscriptionsPerAction {
+		return bad("%d subscriptions to cancel, more than %d", len(ans.CancelSubscriptions), supportflow.MaxSubscriptionsPerAction)
+	}
+	for i, s := range ans.CancelSubscriptions {
+		if !slices.Contains(allowed, s) {
+			return bad("subscription %q is not one of the customer's active subscriptions %v", clip(s, 64), allowed)
+		}
+		if slices.Contains(ans.CancelSubscriptions[:i], s) {
+			return bad("subscription %s listed twice", s)
+		}
+	}
+	return supportflow.DraftProposal{
+		TicketID:            t.Conversation.TicketID,
+		Reply:               reply,
+		CancelSubscriptions: ans.CancelSubscriptions,
+		ConversationThrough: t.Conversation.Through(),
+	}, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// SaveProposal stores a draft's proposal, idempotently: a retry after a
+// lost answer finds it saved. The same proposal ID with other content is
+// InvalidInput (final): a proposal someone may have seen never changes.
+func (a *Activities) SaveProposal(ctx context.Context, p supportflow.DraftProposal) error {
+	if err := p.Proposal().Validate(); err != nil {
+		return invalid(err)
+	}
+	if _, err := a.Ledger.SaveProposal(ctx, p); err != nil {
+		return reserveError(err)
+	}
+	return nil
+}
+
+// ProposalStateInput moves a proposal to a later state.
+type ProposalStateInput struct {
+	ProposalID string `json:"proposal_id"`
+	State      string `json:"state"`
+	DecidedBy  string `json:"decided_by,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// SetProposalState records a proposal's new state. A proposal that was
+// never saved (a draft superseded while saving) is not an error: there is
+// nothing to mark.
+func (a *Activities) SetProposalState(ctx context.Context, in ProposalStateInput) error {
+	_, err := a.Ledger.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, clip(strings.ToValidUTF8(in.Error, ""), 4000))
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil
+	}
+	if errors.Is(err, supportflow.ErrInvalidInput) {
+		return invalid(err)
+	}
+	return err
+}
+
+// FindDraftCandidates lists up to limit tickets that need a draft (see
+// ledger.DraftCandidates).
+func (a *Activities) FindDraftCandidates(ctx context.Context, limit int) ([]int64, error) {
+	ids, err := a.Ledger.DraftCandidates(ctx, limit)
+	if errors.Is(err, supportflow.ErrInvalidInput) {
+		return nil, invalid(err)
+	}
+	return ids, err
+}
+
+// EvalResultInput is one ticket's outcome in an evaluation run.
+type EvalResultInput struct {
+	RunID       string `json:"run_id"`
+	TicketID    int64  `json:"ticket_id"`
+	Draft       string `json:"draft,omitempty"`
+	ActualReply string `json:"actual_reply,omitempty"`
+	// Error, when set, says why the ticket could not be drafted; it is
+	// stored without a score.
+	Error string `json:"error,omitempty"`
+}
+
+// RecordEvalResult scores a draft against the agent's actual reply
+// (package eval) and stores the result; it returns the score (0 for a
+// failed ticket).
+func (a *Activities) RecordEvalResult(ctx context.Context, in EvalResultInput) (float64, error) {
+	r := ledger.EvalResult{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: clip(in.Error, 4000)}
+	var score float64
+	if in.Error == "" {
+		score = eval.Score(in.Draft, in.ActualReply)
+		r.Score = &score
+	}
+	return score, a.Ledger.PutEvalResult(ctx, in.RunID, r)
+}
+
+// RecordEvalSummary stores an evaluation run's summary.
+func (a *Activities) RecordEvalSummary(ctx context.Context, s supportflow.EvaluationStatus) error {
+	return a.Ledger.PutEvalSummary(ctx, s)
+}
+
+// progressOf is a value a heartbeat reports while the work updates it.
+type progressOf[T any] struct {
+	mu sync.Mutex
+	v  T
+}
+
+func (p *progressOf[T]) set(f func(*T)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.v)
+}
+
+func (p *progressOf[T]) get() T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.v
+}
+
+func (p *progressOf[T]) details() any { return p.get() }

@@ -1,0 +1,201 @@
+package supportflow
+
+import (
+	"fmt"
+	"time"
+)
+
+// Draft states, in the order a draft normally passes through them. The
+// first four are live; the rest are terminal. A draft's state is returned
+// by DraftQuery and kept in the SearchAttrState search attribute.
+const (
+	DraftGathering        = "gathering"
+	DraftDrafting         = "drafting"
+	DraftAwaitingApproval = "awaiting_approval"
+	DraftExecuting        = "executing"
+	DraftDone             = "done"
+	DraftRejected         = "rejected"
+	DraftSuperseded       = "superseded"
+	DraftExpired          = "expired"
+	DraftFailed           = "failed"
+)
+
+// DraftTerminal reports whether a draft state is final.
+func DraftTerminal(state string) bool {
+	switch state {
+	case DraftDone, DraftRejected, DraftSuperseded, DraftExpired, DraftFailed:
+		return true
+	}
+	return false
+}
+
+// DraftRequest starts a DraftReply workflow.
+type DraftRequest struct {
+	TicketID int64 `json:"ticket_id"`
+	// Reason says who asked: "click", "scan" or "supersede".
+	Reason string `json:"reason,omitempty"`
+	// Supersedes names the proposal this draft replaces after new customer
+	// activity (set by the workflow when it continues as new).
+	Supersedes string `json:"supersedes,omitempty"`
+	// Generation counts the drafts of this workflow ID's chain of runs.
+	Generation int `json:"generation,omitempty"`
+}
+
+// Validate checks a draft request before anything is started.
+func (r DraftRequest) Validate() error {
+	if r.TicketID <= 0 {
+		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, r.TicketID)
+	}
+	if r.Supersedes != "" {
+		if err := ValidateProposalID(r.Supersedes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DraftProposal is what a draft proposes: a public reply and the
+// subscriptions to cancel, saved in PostgreSQL before it is shown.
+type DraftProposal struct {
+	ID                  string   `json:"id"`
+	TicketID            int64    `json:"ticket_id"`
+	Reply               string   `json:"reply"`
+	CancelSubscriptions []string `json:"cancel_subscriptions,omitempty"`
+	// ConversationThrough is the time of the newest comment the draft saw.
+	ConversationThrough time.Time `json:"conversation_through"`
+	Model               string    `json:"model,omitempty"`
+}
+
+// Proposal is the executable form of a draft: one action that posts the
+// reply publicly and then cancels the subscriptions.
+func (p DraftProposal) Proposal() Proposal {
+	return Proposal{ID: p.ID, Actions: []Action{{
+		TicketID:            p.TicketID,
+		Comment:             &Comment{Body: p.Reply, Public: true},
+		CancelSubscriptions: p.CancelSubscriptions,
+	}}}
+}
+
+// DraftProgress is how far the model has got.
+type DraftProgress struct {
+	// Step is the running activity's step ("loading ticket", "streaming").
+	Step string `json:"step,omitempty"`
+	// Tokens is the number of tokens the model has streamed so far in the
+	// current attempt.
+	Tokens int `json:"tokens"`
+	// Attempt is the current attempt of the running activity (1-based).
+	Attempt int32 `json:"attempt,omitempty"`
+}
+
+// DraftStatus is a draft as its workflow sees it.
+type DraftStatus struct {
+	TicketID int64  `json:"ticket_id"`
+	State    string `json:"state"`
+	// Proposal is the current proposal, from awaiting_approval on.
+	Proposal *DraftProposal `json:"proposal,omitempty"`
+	// Error says why the draft failed or how its execution ended.
+	Error string `json:"error,omitempty"`
+	// Progress is filled in by starter.DraftStatus from the running
+	// activity's heartbeat details; the workflow itself cannot see them.
+	Progress *DraftProgress `json:"progress,omitempty"`
+	// Redrafts counts restarts of this run after new customer activity
+	// while gathering or drafting.
+	Redrafts int `json:"redrafts,omitempty"`
+	// IgnoredActivity counts customer activity recorded while executing.
+	IgnoredActivity int    `json:"ignored_activity,omitempty"`
+	Supersedes      string `json:"supersedes,omitempty"`
+	Generation      int    `json:"generation,omitempty"`
+	ApprovedBy      string `json:"approved_by,omitempty"`
+	// ExecutionWorkflowID is the ExecuteProposal child, once approved.
+	ExecutionWorkflowID string `json:"execution_workflow_id,omitempty"`
+}
+
+// ApproveRequest approves a draft's proposal. ProposalID must name the
+// draft's current proposal, so a stale browser tab cannot approve a reply
+// its user never saw.
+type ApproveRequest struct {
+	ProposalID string `json:"proposal_id"`
+	ApprovedBy string `json:"approved_by,omitempty"`
+}
+
+// ApproveResult answers an approval.
+type ApproveResult struct {
+	ProposalID          string `json:"proposal_id"`
+	ExecutionWorkflowID string `json:"execution_workflow_id"`
+	// AlreadyApproved is true when this proposal had been approved before:
+	// the approval joined the execution already under way.
+	AlreadyApproved bool `json:"already_approved,omitempty"`
+}
+
+// RejectRequest rejects a draft's current proposal.
+type RejectRequest struct {
+	ProposalID string `json:"proposal_id"`
+	RejectedBy string `json:"rejected_by,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// TicketActivity is new customer activity on a ticket (SupersedeSignal).
+type TicketActivity struct {
+	At     time.Time `json:"at"`
+	Source string    `json:"source,omitempty"`
+}
+
+// EvaluationRequest starts an EvaluateDrafts run over a named set of past
+// tickets.
+type EvaluationRequest struct {
+	// RunID names the run (workflow ID eval/{RunID}); [A-Za-z0-9._-].
+	RunID string `json:"run_id"`
+	// Set names the ticket set, for reports.
+	Set       string  `json:"set"`
+	TicketIDs []int64 `json:"ticket_ids"`
+	// Concurrency bounds the drafts in flight; 0 means 4.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// MaxEvaluationTickets bounds one run, keeping its history well inside
+// Temporal's limits.
+const MaxEvaluationTickets = 1000
+
+// MaxEvaluationConcurrency bounds an evaluation's drafts in flight.
+const MaxEvaluationConcurrency = 32
+
+// Validate checks an evaluation request before anything is started.
+func (r EvaluationRequest) Validate() error {
+	if !idPattern.MatchString(r.RunID) {
+		return fmt.Errorf("%w: run id %q must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalidInput, r.RunID)
+	}
+	if !idPattern.MatchString(r.Set) {
+		return fmt.Errorf("%w: set name %q must be 1-128 characters of [A-Za-z0-9._-]", ErrInvalidInput, r.Set)
+	}
+	if len(r.TicketIDs) == 0 || len(r.TicketIDs) > MaxEvaluationTickets {
+		return fmt.Errorf("%w: an evaluation needs 1-%d tickets, got %d", ErrInvalidInput, MaxEvaluationTickets, len(r.TicketIDs))
+	}
+	if r.Concurrency < 0 || r.Concurrency > MaxEvaluationConcurrency {
+		return fmt.Errorf("%w: concurrency %d must be 0-%d", ErrInvalidInput, r.Concurrency, MaxEvaluationConcurrency)
+	}
+	seen := make(map[int64]bool, len(r.TicketIDs))
+	for _, id := range r.TicketIDs {
+		if id <= 0 {
+			return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, id)
+		}
+		if seen[id] {
+			return fmt.Errorf("%w: ticket %d listed twice", ErrInvalidInput, id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// EvaluationStatus is an evaluation run's progress and, once done, its
+// summary.
+type EvaluationStatus struct {
+	RunID  string `json:"run_id"`
+	Set    string `json:"set"`
+	Total  int    `json:"total"`
+	Done   int    `json:"done"`
+	Failed int    `json:"failed"`
+	// MeanScore is the mean score of the drafted tickets (see package
+	// eval for the metric).
+	MeanScore float64 `json:"mean_score"`
+	Finished  bool    `json:"finished"`
+}

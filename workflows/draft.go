@@ -1,0 +1,363 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+var (
+	stateKey    = temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrState)
+	ticketKey   = temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrTicketID)
+	proposalKey = temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrProposalID)
+)
+
+// LoadTicketDeadline is LoadTicket's start-to-close timeout: reading the
+// ticket and its comments is bounded by two Zendesk call timeouts, plus a
+// margin for the enrichment read.
+func LoadTicketDeadline(d policy.Durations) time.Duration {
+	d = d.Fill()
+	return 2*d.ZendeskCallTimeout + d.DeadlineMargin
+}
+
+// draft is one DraftReply run's state, shared by its handlers.
+type draft struct {
+	w        *Workflows
+	d        policy.Durations
+	req      supportflow.DraftRequest
+	st       supportflow.DraftStatus
+	approval *supportflow.ApproveRequest
+	reject   *supportflow.RejectRequest
+	// saving is the proposal whose SaveProposal was scheduled, so that a
+	// draft superseded while saving marks it superseded.
+	saving    string
+	supersede workflow.ReceiveChannel
+}
+
+// DraftReply drafts a reply to a ticket and, once a human approves it,
+// executes it. Its workflow ID is DraftWorkflowID(ticket), started with
+// conflict policy USE_EXISTING, so a double click or a scan racing a click
+// joins the running draft.
+//
+//	gathering -> drafting -> awaiting_approval -> executing -> done
+//	                                     \-> rejected | superseded | expired
+//	any live state -> failed (with the error)
+//
+// The state is returned by DraftQuery and kept in the SupportflowState
+// search attribute, beside SupportflowTicketID and SupportflowProposalID.
+//
+//   - approve (Update) takes the current proposal's ID; its validator
+//     refuses any other proposal, or any state but awaiting_approval, so a
+//     stale browser tab gets a clear StaleProposal error. Approval starts
+//     ExecuteProposal as a child (execute/{proposalID}); the draft follows it
+//     to done or to failed with its error. Approving the same proposal
+//     again answers the same execution (AlreadyApproved).
+//   - reject (Update) ends the draft rejected.
+//   - supersede (signal, new customer activity): while gathering or
+//     drafting, the in-flight activity is cancelled and the draft restarts
+//     with the new conversation; while awaiting approval, the proposal is
+//     marked superseded and a fresh draft starts (continue-as-new); once
+//     executing, it is counted and ignored.
+//   - A proposal not approved within ProposalExpiry (72 h) ends expired.
+//
+// A draft that cannot be produced (the model failed its two attempts, the
+// ticket does not exist) ends failed and the workflow fails with a
+// DraftFailed error carrying the cause.
+func (w *Workflows) DraftReply(ctx workflow.Context, req supportflow.DraftRequest) (supportflow.DraftStatus, error) {
+	dr := &draft{
+		w: w, d: w.durations(), req: req,
+		st: supportflow.DraftStatus{
+			TicketID: req.TicketID, State: supportflow.DraftGathering,
+			Supersedes: req.Supersedes, Generation: req.Generation,
+		},
+		supersede: workflow.GetSignalChannel(ctx, supportflow.SupersedeSignal),
+	}
+	if err := dr.register(ctx); err != nil {
+		return dr.st, err
+	}
+	if err := req.Validate(); err != nil {
+		dr.st.State, dr.st.Error = supportflow.DraftFailed, err.Error()
+		return dr.st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	}
+	dr.setState(ctx, supportflow.DraftGathering)
+
+	p, err := dr.produce(ctx)
+	if err != nil {
+		return dr.fail(ctx, err)
+	}
+	return dr.await(ctx, p)
+}
+
+func (dr *draft) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, supportflow.DraftQuery, func() (supportflow.DraftStatus, error) {
+		return dr.st, nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, supportflow.ApproveUpdate,
+		func(ctx workflow.Context, r supportflow.ApproveRequest) (supportflow.ApproveResult, error) {
+			res := supportflow.ApproveResult{ProposalID: r.ProposalID, ExecutionWorkflowID: supportflow.ExecuteWorkflowID(r.ProposalID)}
+			if dr.approval != nil {
+				res.AlreadyApproved = true
+				return res, nil
+			}
+			dr.approval = &r
+			dr.st.ApprovedBy = r.ApprovedBy
+			dr.st.ExecutionWorkflowID = res.ExecutionWorkflowID
+			return res, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r supportflow.ApproveRequest) error {
+			if dr.approval != nil && dr.approval.ProposalID == r.ProposalID {
+				return nil // a second click on the same approval joins it
+			}
+			return dr.checkCurrent(r.ProposalID, "approve")
+		}}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, supportflow.RejectUpdate,
+		func(ctx workflow.Context, r supportflow.RejectRequest) error {
+			if dr.reject == nil {
+				dr.reject = &r
+			}
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r supportflow.RejectRequest) error {
+			if dr.reject != nil && dr.reject.ProposalID == r.ProposalID {
+				return nil
+			}
+			return dr.checkCurrent(r.ProposalID, "reject")
+		}})
+}
+
+// checkCurrent refuses a decision on anything but the current proposal
+// while it awaits approval.
+func (dr *draft) checkCurrent(proposalID, verb string) error {
+	stale := func(format string, args ...any) error {
+		return temporal.NewApplicationError(fmt.Sprintf("cannot %s proposal %q: ", verb, proposalID)+fmt.Sprintf(format, args...), supportflow.ErrTypeStaleProposal)
+	}
+	switch {
+	case proposalID == "":
+		return stale("no proposal id given")
+	case dr.approval != nil:
+		return stale("proposal %s was already approved", dr.approval.ProposalID)
+	case dr.reject != nil:
+		return stale("proposal %s was already rejected", dr.reject.ProposalID)
+	case dr.st.State != supportflow.DraftAwaitingApproval || dr.st.Proposal == nil:
+		return stale("the draft of ticket %d is %s, not awaiting approval", dr.st.TicketID, dr.st.State)
+	case dr.st.Proposal.ID != proposalID:
+		return stale("the current proposal of ticket %d is %s", dr.st.TicketID, dr.st.Proposal.ID)
+	}
+	return nil
+}
+
+// setState records a state in the query result and the search attributes.
+func (dr *draft) setState(ctx workflow.Context, state string) {
+	dr.st.State = state
+	updates := []temporal.SearchAttributeUpdate{
+		stateKey.ValueSet(state),
+		ticketKey.ValueSet(strconv.FormatInt(dr.req.TicketID, 10)),
+	}
+	if dr.st.Proposal != nil {
+		updates = append(updates, proposalKey.ValueSet(dr.st.Proposal.ID))
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error", err)
+	}
+}
+
+// fail ends the draft failed with err's message.
+func (dr *draft) fail(ctx workflow.Context, err error) (supportflow.DraftStatus, error) {
+	dr.st.Error = errorMessage(err)
+	dr.setState(ctx, supportflow.DraftFailed)
+	dr.settle(ctx)
+	return dr.st, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("draft of ticket %d failed: %s", dr.req.TicketID, dr.st.Error), supportflow.ErrTypeDraftFailed, err)
+}
+
+// settle waits for running update handlers before the run closes.
+func (dr *draft) settle(ctx workflow.Context) {
+	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// proposalID names the k-th proposal of this run. It is derived from the
+// run, so it is stable across activity retries and replays and unique
+// across the ticket's drafts.
+func (dr *draft) proposalID(ctx workflow.Context, k int) string {
+	run := strings.ReplaceAll(workflow.GetInfo(ctx).WorkflowExecution.RunID, "-", "")
+	return fmt.Sprintf("%d-%s-%d", dr.req.TicketID, run, k)
+}
+
+// produce gathers, drafts and saves a proposal, restarting from gathering
+// when the customer writes again before it is saved.
+func (dr *draft) produce(ctx workflow.Context) (supportflow.DraftProposal, error) {
+	for k := 1; ; k++ {
+		actx, cancel := workflow.WithCancel(ctx)
+		fut, set := workflow.NewFuture(ctx)
+		id := dr.proposalID(ctx, k)
+		workflow.Go(actx, func(gctx workflow.Context) {
+			p, err := dr.gatherAndDraft(gctx, id)
+			set.Set(p, err)
+		})
+		superseded := false
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(fut, func(workflow.Future) {})
+		sel.AddReceive(dr.supersede, func(c workflow.ReceiveChannel, _ bool) {
+			dr.drainSupersede(ctx)
+			superseded = true
+		})
+		sel.Select(ctx)
+		if !superseded {
+			cancel()
+			var p supportflow.DraftProposal
+			err := fut.Get(ctx, &p)
+			return p, err
+		}
+		// New customer activity: stop the in-flight activity and start over
+		// with the new conversation.
+		cancel()
+		_ = fut.Get(ctx, nil)
+		dr.st.Redrafts++
+		workflow.GetLogger(ctx).Info("customer wrote again while drafting; redrafting", "ticket_id", dr.req.TicketID, "redrafts", dr.st.Redrafts)
+		if dr.saving == id {
+			// The save may have landed before the cancel.
+			dr.markProposal(ctx, id, supportflow.DraftSuperseded, "", "the customer wrote again while it was saved")
+		}
+		dr.setState(ctx, supportflow.DraftGathering)
+	}
+}
+
+// drainSupersede takes every pending supersede signal: activity that
+// arrives together restarts the draft once.
+func (dr *draft) drainSupersede(ctx workflow.Context) int {
+	n := 0
+	for {
+		var act supportflow.TicketActivity
+		if !dr.supersede.ReceiveAsync(&act) {
+			return n
+		}
+		n++
+	}
+}
+
+func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (supportflow.DraftProposal, error) {
+	w, d := dr.w, dr.d
+	dr.setState(ctx, supportflow.DraftGathering)
+	var tc activities.TicketContext
+	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true)
+	if err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: dr.req.TicketID}).Get(ctx, &tc); err != nil {
+		return supportflow.DraftProposal{}, err
+	}
+	dr.setState(ctx, supportflow.DraftDrafting)
+	var p supportflow.DraftProposal
+	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
+	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc}).Get(ctx, &p); err != nil {
+		return supportflow.DraftProposal{}, err
+	}
+	dr.saving = proposalID
+	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	if err := workflow.ExecuteActivity(sctx, a.SaveProposal, p).Get(ctx, nil); err != nil {
+		return supportflow.DraftProposal{}, err
+	}
+	return p, nil
+}
+
+// markProposal records a proposal's state in PostgreSQL. It retries until
+// it succeeds (the ledger kind has no attempt budget); it runs on a
+// disconnected context so that it completes even while the draft is being
+// torn down.
+func (dr *draft) markProposal(ctx workflow.Context, proposalID, state, by, errMsg string) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	mctx := dr.w.activityOptions(dctx, policy.KindLedger, dr.d.Lease, false)
+	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, DecidedBy: by, Error: errMsg}
+	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)
+	}
+}
+
+// await shows the proposal and waits for a decision, new customer
+// activity or expiry.
+func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (supportflow.DraftStatus, error) {
+	dr.st.Proposal = &p
+	dr.setState(ctx, supportflow.DraftAwaitingApproval)
+	decided, err := workflow.AwaitWithTimeout(ctx, dr.d.ProposalExpiry, func() bool {
+		return dr.approval != nil || dr.reject != nil || dr.supersede.Len() > 0
+	})
+	if err != nil {
+		return dr.st, err
+	}
+	switch {
+	case dr.approval != nil:
+		return dr.execute(ctx, p)
+	case dr.reject != nil:
+		dr.markProposal(ctx, p.ID, supportflow.DraftRejected, dr.reject.RejectedBy, dr.reject.Reason)
+		dr.st.Error = dr.reject.Reason
+		dr.setState(ctx, supportflow.DraftRejected)
+		dr.settle(ctx)
+		return dr.st, nil
+	case decided:
+		n := dr.drainSupersede(ctx)
+		workflow.GetLogger(ctx).Info("customer wrote again; superseding the proposal", "proposal_id", p.ID, "signals", n)
+		dr.markProposal(ctx, p.ID, supportflow.DraftSuperseded, "", "")
+		dr.setState(ctx, supportflow.DraftSuperseded)
+		dr.settle(ctx)
+		return dr.st, workflow.NewContinueAsNewError(ctx, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
+			TicketID: dr.req.TicketID, Reason: "supersede", Supersedes: p.ID, Generation: dr.req.Generation + 1,
+		})
+	default:
+		dr.markProposal(ctx, p.ID, supportflow.DraftExpired, "", "")
+		dr.st.Error = fmt.Sprintf("not approved within %s", dr.d.ProposalExpiry)
+		dr.setState(ctx, supportflow.DraftExpired)
+		dr.settle(ctx)
+		return dr.st, nil
+	}
+}
+
+// execute runs the approved proposal as a child ExecuteProposal and
+// follows it. The child is abandoned, not cancelled, if the draft is
+// closed: an approved reply goes out regardless.
+func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (supportflow.DraftStatus, error) {
+	dr.setState(ctx, supportflow.DraftExecuting)
+	dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var act supportflow.TicketActivity
+			dr.supersede.Receive(ctx, &act)
+			dr.st.IgnoredActivity++
+		}
+	})
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            supportflow.ExecuteWorkflowID(p.ID),
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			ticketKey.ValueSet(strconv.FormatInt(p.TicketID, 10)), proposalKey.ValueSet(p.ID)),
+	})
+	var statuses []supportflow.ActionStatus
+	err := workflow.ExecuteChildWorkflow(cctx, supportflow.ExecuteProposalWorkflow, p.Proposal()).Get(ctx, &statuses)
+	if err != nil {
+		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
+		if errors.As(err, &started) {
+			err = fmt.Errorf("%s was started outside this draft; follow it there: %w", supportflow.ExecuteWorkflowID(p.ID), err)
+		}
+		dr.st.Error = errorMessage(err)
+		dr.markProposal(ctx, p.ID, supportflow.DraftFailed, "", dr.st.Error)
+		dr.setState(ctx, supportflow.DraftFailed)
+		dr.settle(ctx)
+		return dr.st, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("executing proposal %s failed: %s", p.ID, dr.st.Error), supportflow.ErrTypeActionFailed, err)
+	}
+	dr.markProposal(ctx, p.ID, supportflow.DraftDone, "", "")
+	dr.setState(ctx, supportflow.DraftDone)
+	dr.settle(ctx)
+	return dr.st, nil
+}

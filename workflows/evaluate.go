@@ -1,0 +1,99 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// DefaultEvaluationConcurrency is the drafts an evaluation keeps in flight
+// when the request does not say.
+const DefaultEvaluationConcurrency = 4
+
+// EvaluateDrafts drafts each ticket of a named set as it stood before the
+// agent's newest reply, with at most Concurrency drafts in flight, scores
+// each draft against that reply (package eval: word-overlap F1), stores
+// every ticket's result and the run's summary in PostgreSQL, and reports
+// progress through EvaluationQuery. A ticket that cannot be drafted is
+// stored with its error and counted as failed; the run goes on.
+func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.EvaluationRequest) (supportflow.EvaluationStatus, error) {
+	st := supportflow.EvaluationStatus{RunID: req.RunID, Set: req.Set, Total: len(req.TicketIDs)}
+	if err := workflow.SetQueryHandler(ctx, supportflow.EvaluationQuery, func() (supportflow.EvaluationStatus, error) {
+		return st, nil
+	}); err != nil {
+		return st, err
+	}
+	if err := req.Validate(); err != nil {
+		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	}
+	d := w.durations()
+	limit := req.Concurrency
+	if limit == 0 {
+		limit = DefaultEvaluationConcurrency
+	}
+	var (
+		inFlight int
+		sum      float64
+		drafted  int
+	)
+	wg := workflow.NewWaitGroup(ctx)
+	for _, ticket := range req.TicketIDs {
+		if err := workflow.Await(ctx, func() bool { return inFlight < limit }); err != nil {
+			return st, err
+		}
+		inFlight++
+		wg.Add(1)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer wg.Done()
+			score, ok := w.evaluateOne(ctx, d, req.RunID, ticket)
+			inFlight--
+			st.Done++
+			if !ok {
+				st.Failed++
+				return
+			}
+			drafted++
+			sum += score
+			st.MeanScore = sum / float64(drafted)
+		})
+	}
+	wg.Wait(ctx)
+	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	if err := workflow.ExecuteActivity(sctx, a.RecordEvalSummary, st).Get(ctx, nil); err != nil {
+		return st, err
+	}
+	st.Finished = true
+	return st, nil
+}
+
+// evaluateOne drafts and scores one ticket; ok is false when it could not
+// be drafted (its error is stored with the result).
+func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID string, ticket int64) (float64, bool) {
+	in := activities.EvalResultInput{RunID: runID, TicketID: ticket}
+	var tc activities.TicketContext
+	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true)
+	err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: ticket, ForEvaluation: true}).Get(ctx, &tc)
+	if err == nil {
+		in.ActualReply = tc.ActualReply
+		var p supportflow.DraftProposal
+		gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
+		gen := activities.GenerateInput{ProposalID: fmt.Sprintf("eval-%d", ticket), Ticket: tc}
+		err = workflow.ExecuteActivity(gctx, a.GenerateDraft, gen).Get(ctx, &p)
+		in.Draft = p.Reply
+	}
+	if err != nil {
+		in.Error = errorMessage(err)
+	}
+	var score float64
+	rctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	if rerr := workflow.ExecuteActivity(rctx, a.RecordEvalResult, in).Get(ctx, &score); rerr != nil {
+		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error", rerr)
+		return 0, false
+	}
+	return score, err == nil
+}
