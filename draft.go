@@ -199,3 +199,29 @@ type EvaluationStatus struct {
 	MeanScore float64 `json:"mean_score"`
 	Finished  bool    `json:"finished"`
 }
+
+// ScanRequest bounds one scan.
+type ScanRequest struct {
+	// Limit is the most drafts one scan starts; 0 means DefaultScanLimit.
+	Limit int `json:"limit,omitempty"`
+}
+
+// DefaultScanLimit bounds a scan's starts, and so its history, when the
+// request does not.
+const DefaultScanLimit = 200
+
+// MaxScanLimit is the largest Limit a scan accepts.
+const MaxScanLimit = 1000
+
+// ScanResult says what a scan found and did.
+type ScanResult struct {
+	// Candidates are the tickets that need a draft.
+	Candidates []int64 `json:"candidates"`
+	// Started are the tickets whose draft this scan started.
+	Started []int64 `json:"started"`
+	// Running are the candidates whose draft was already running; the scan
+	// left them alone.
+	Running []int64 `json:"running"`
+	// Failed are the candidates whose draft could not be started.
+	Failed []int64 `json:"failed,omitempty"`
+}

@@ -12,32 +12,6 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
-// ScanRequest bounds one scan.
-type ScanRequest struct {
-	// Limit is the most drafts one scan starts; 0 means DefaultScanLimit.
-	Limit int `json:"limit,omitempty"`
-}
-
-// DefaultScanLimit bounds a scan's starts, and so its history, when the
-// request does not.
-const DefaultScanLimit = 200
-
-// MaxScanLimit is the largest Limit a scan accepts.
-const MaxScanLimit = 1000
-
-// ScanResult says what a scan found and did.
-type ScanResult struct {
-	// Candidates are the tickets that need a draft.
-	Candidates []int64 `json:"candidates"`
-	// Started are the tickets whose draft this scan started.
-	Started []int64 `json:"started"`
-	// Running are the candidates whose draft was already running; the scan
-	// left them alone.
-	Running []int64 `json:"running"`
-	// Failed are the candidates whose draft could not be started.
-	Failed []int64 `json:"failed,omitempty"`
-}
-
 // ScanTickets starts a DraftReply for each mirrored ticket that needs one
 // (ledger.DraftCandidates: open, the customer spoke last, no proposal has
 // seen that comment). Drafts are started as abandoned children with the
@@ -45,17 +19,17 @@ type ScanResult struct {
 // a click or an earlier scan) is left alone: running the scan twice starts
 // nothing twice. A Temporal Schedule runs it every ScanInterval, skipping
 // a run while the previous one is still going.
-func (w *Workflows) ScanTickets(ctx workflow.Context, req ScanRequest) (ScanResult, error) {
+func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanRequest) (supportflow.ScanResult, error) {
 	limit := req.Limit
 	if limit == 0 {
-		limit = DefaultScanLimit
+		limit = supportflow.DefaultScanLimit
 	}
-	if limit < 0 || limit > MaxScanLimit {
-		err := errors.New("scan limit must be 0-" + strconv.Itoa(MaxScanLimit))
-		return ScanResult{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	if limit < 0 || limit > supportflow.MaxScanLimit {
+		err := errors.New("scan limit must be 0-" + strconv.Itoa(supportflow.MaxScanLimit))
+		return supportflow.ScanResult{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
-	var res ScanResult
+	var res supportflow.ScanResult
 	fctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
 	if err := workflow.ExecuteActivity(fctx, a.FindDraftCandidates, limit).Get(ctx, &res.Candidates); err != nil {
 		return res, err

@@ -36,6 +36,9 @@ var Vars = []Var{
 	{Name: "ZENDESK_API_TOKEN", Help: "Zendesk API token (required)", Secret: true},
 	{Name: "SUBSCRIPTIONS_URL", Help: "subscription service base URL (required)"},
 	{Name: "SUBSCRIPTIONS_TOKEN", Help: "subscription service bearer token (required)", Secret: true},
+	{Name: "MODEL_BASE_URL", Default: "https://api.openai.com/v1", Help: "OpenAI-compatible chat-completions base URL (OpenAI, vLLM, Ollama, llama.cpp)"},
+	{Name: "MODEL_API_KEY", Help: "model API key (optional for local servers)", Secret: true},
+	{Name: "MODEL_NAME", Default: "gpt-4o-mini", Help: "model that drafts replies"},
 	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
 	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
 	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
@@ -53,6 +56,9 @@ type Worker struct {
 	ZendeskAPIToken    string
 	SubscriptionsURL   string
 	SubscriptionsToken string
+	ModelBaseURL       string
+	ModelAPIKey        string
+	ModelName          string
 	Account            string
 	DrainTimeout       time.Duration
 	LogLevel           string
@@ -83,6 +89,9 @@ func LoadWorker() (Worker, error) {
 		ZendeskAPIToken:    os.Getenv("ZENDESK_API_TOKEN"),
 		SubscriptionsURL:   get("SUBSCRIPTIONS_URL", ""),
 		SubscriptionsToken: os.Getenv("SUBSCRIPTIONS_TOKEN"),
+		ModelBaseURL:       get("MODEL_BASE_URL", "https://api.openai.com/v1"),
+		ModelAPIKey:        os.Getenv("MODEL_API_KEY"),
+		ModelName:          get("MODEL_NAME", "gpt-4o-mini"),
 		Account:            get("SUPPORTFLOW_ACCOUNT", ""),
 		LogLevel:           get("SUPPORTFLOW_LOG_LEVEL", "info"),
 	}
@@ -99,6 +108,9 @@ func LoadWorker() (Worker, error) {
 	missing("SUBSCRIPTIONS_TOKEN", c.SubscriptionsToken)
 	if c.ZendeskURL == "" && c.ZendeskSubdomain == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_URL or ZENDESK_SUBDOMAIN is required", ErrConfig))
+	}
+	if u, err := url.Parse(c.ModelBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("%w: MODEL_BASE_URL must be an http(s) URL", ErrConfig))
 	}
 	if c.Account == "" {
 		c.Account = c.ZendeskSubdomain

@@ -27,6 +27,17 @@ func TestLoadWorker_Defaults(t *testing.T) {
 	assert.Equal(t, "supportflow", c.TaskQueue)
 	assert.Equal(t, "zd.test:8080", c.Account, "the account defaults to the Zendesk host")
 	assert.Equal(t, policy.Defaults(), c.Durations)
+	assert.Equal(t, "https://api.openai.com/v1", c.ModelBaseURL)
+	assert.Equal(t, "gpt-4o-mini", c.ModelName)
+	assert.Empty(t, c.ModelAPIKey, "a local model server needs no key")
+}
+
+func TestLoadWorker_RejectsAModelURLThatIsNotHTTP(t *testing.T) {
+	setAll(t)
+	t.Setenv("MODEL_BASE_URL", "ftp://model.test/v1")
+	_, err := LoadWorker()
+	require.ErrorIs(t, err, ErrConfig)
+	assert.ErrorContains(t, err, "MODEL_BASE_URL")
 }
 
 func TestLoadWorker_ReportsEveryProblemByNameNeverByValue(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
@@ -54,6 +55,11 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 		return err
 	}
 
+	mdl, err := model.New(model.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName, HTTPClient: httpClient})
+	if err != nil {
+		return err
+	}
+
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.TemporalNamespace,
@@ -69,12 +75,13 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 	w.RegisterActivity(&activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
+		Model:         mdl,
 		Ledger:        ledger.New(pool, cfg.Account),
 		Durations:     cfg.Durations,
 		Logger:        logger,
 	})
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"namespace", cfg.TemporalNamespace, "account", cfg.Account)
+		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -1,0 +1,261 @@
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+)
+
+// Draft identifies a ticket's draft workflow run.
+type Draft struct {
+	WorkflowID string
+	RunID      string
+	// Joined is true when a draft of the ticket was already running and
+	// this call joined it instead of starting another.
+	Joined bool
+}
+
+// StartDraft starts drafting a reply to a ticket, or joins the draft
+// already running (workflow ID draft/{ticketID}, conflict policy
+// USE_EXISTING), so a double click makes one draft. A ticket whose earlier
+// draft has closed gets a new one. A ticket id that is not positive is
+// refused with an error wrapping supportflow.ErrInvalidInput.
+func (s *Starter) StartDraft(ctx context.Context, ticketID int64, reason string) (Draft, error) {
+	req := supportflow.DraftRequest{TicketID: ticketID, Reason: reason}
+	if err := req.Validate(); err != nil {
+		return Draft{}, err
+	}
+	id := supportflow.DraftWorkflowID(ticketID)
+	running := s.runningRun(ctx, id)
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                s.taskQueue(),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrTicketID).ValueSet(strconv.FormatInt(ticketID, 10)),
+			temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrState).ValueSet(supportflow.DraftGathering)),
+	}, supportflow.DraftReplyWorkflow, req)
+	if err != nil {
+		return Draft{}, fmt.Errorf("starter: draft ticket %d: %w", ticketID, err)
+	}
+	return Draft{WorkflowID: id, RunID: run.GetRunID(), Joined: running != "" && running == run.GetRunID()}, nil
+}
+
+// runningRun returns the run ID of the workflow's running execution, or
+// "" when none runs. The start call does not say whether it joined; a run
+// seen just before it is the one it joins.
+func (s *Starter) runningRun(ctx context.Context, workflowID string) string {
+	d, err := s.Client.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	return ""
+}
+
+// ErrNoDraft is returned for a ticket that has never been drafted.
+var ErrNoDraft = errors.New("starter: the ticket has no draft")
+
+// DraftStatus returns a ticket's draft as its latest run sees it, while it
+// runs or after it closed, with the model's progress: the workflow cannot
+// see its activities' heartbeats, so the progress comes from the running
+// activity's heartbeat details, read from the server.
+func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.DraftStatus, error) {
+	if ticketID <= 0 {
+		return supportflow.DraftStatus{}, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	}
+	id := supportflow.DraftWorkflowID(ticketID)
+	v, err := s.Client.QueryWorkflow(ctx, id, "", supportflow.DraftQuery)
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return supportflow.DraftStatus{}, fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
+		}
+		return supportflow.DraftStatus{}, fmt.Errorf("starter: draft status of ticket %d: %w", ticketID, err)
+	}
+	var st supportflow.DraftStatus
+	if err := v.Get(&st); err != nil {
+		return st, fmt.Errorf("starter: decode draft status of ticket %d: %w", ticketID, err)
+	}
+	if supportflow.DraftTerminal(st.State) {
+		return st, nil
+	}
+	d, err := s.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return st, nil // the state is still right; progress is best effort
+	}
+	for _, pa := range d.GetPendingActivities() {
+		var p supportflow.DraftProgress
+		if pa.GetHeartbeatDetails() == nil || len(pa.GetHeartbeatDetails().GetPayloads()) == 0 {
+			p = supportflow.DraftProgress{Step: "starting"}
+		} else if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p); err != nil {
+			continue
+		}
+		p.Attempt = pa.GetAttempt()
+		st.Progress = &p
+	}
+	return st, nil
+}
+
+// ErrStaleProposal wraps the refusal of an approval or rejection of a
+// proposal that is not the draft's current one awaiting approval (a stale
+// browser tab, an expired or superseded proposal, a rejected one).
+var ErrStaleProposal = errors.New("starter: the proposal is not awaiting approval")
+
+// Approve approves a ticket's current proposal and returns the execution
+// it started. Approving the same proposal again returns the same
+// execution with AlreadyApproved set. Any other proposal, or a draft not
+// awaiting approval, is refused with an error wrapping ErrStaleProposal;
+// a ticket without a draft with ErrNoDraft.
+func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.ApproveRequest) (supportflow.ApproveResult, error) {
+	var res supportflow.ApproveResult
+	if err := supportflow.ValidateProposalID(r.ProposalID); err != nil {
+		return res, err
+	}
+	err := s.update(ctx, ticketID, supportflow.ApproveUpdate, r, &res)
+	return res, err
+}
+
+// Reject rejects a ticket's current proposal; errors as for Approve.
+func (s *Starter) Reject(ctx context.Context, ticketID int64, r supportflow.RejectRequest) error {
+	if err := supportflow.ValidateProposalID(r.ProposalID); err != nil {
+		return err
+	}
+	return s.update(ctx, ticketID, supportflow.RejectUpdate, r, nil)
+}
+
+func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, result any) error {
+	if ticketID <= 0 {
+		return fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	}
+	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   supportflow.DraftWorkflowID(ticketID),
+		UpdateName:   name,
+		Args:         []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, result)
+	}
+	if err == nil {
+		return nil
+	}
+	var app *temporal.ApplicationError
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &app) && app.Type() == supportflow.ErrTypeStaleProposal:
+		return fmt.Errorf("%w: %s", ErrStaleProposal, app.Message())
+	case errors.As(err, &nf):
+		return fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
+	case isClosed(err):
+		return fmt.Errorf("%w: the draft of ticket %d has closed", ErrStaleProposal, ticketID)
+	}
+	return fmt.Errorf("starter: %s on ticket %d: %w", name, ticketID, err)
+}
+
+// isClosed reports an update sent to a workflow that has already closed.
+func isClosed(err error) bool {
+	var fp *serviceerror.FailedPrecondition
+	return errors.As(err, &fp) || errors.Is(err, serviceerror.NewNotFound("workflow execution already completed"))
+}
+
+// Supersede tells a ticket's running draft that the customer wrote again.
+// It reports false when no draft is running (nothing to supersede).
+func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow.TicketActivity) (bool, error) {
+	if ticketID <= 0 {
+		return false, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	}
+	err := s.Client.SignalWorkflow(ctx, supportflow.DraftWorkflowID(ticketID), "", supportflow.SupersedeSignal, act)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("starter: supersede the draft of ticket %d: %w", ticketID, err)
+	}
+	return true, nil
+}
+
+// EnsureScanSchedule creates, or updates to the given interval, the
+// Temporal Schedule that runs ScanTickets every interval, skipping a run
+// while the previous one still runs. It is safe to call at every start.
+func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: scan interval %s must be positive", supportflow.ErrInvalidInput, interval)
+	}
+	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: interval}}}
+	action := &client.ScheduleWorkflowAction{
+		ID:        "scan-tickets",
+		Workflow:  supportflow.ScanTicketsWorkflow,
+		Args:      []any{supportflow.ScanRequest{}},
+		TaskQueue: s.taskQueue(),
+	}
+	_, err := s.Client.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:      supportflow.ScanScheduleID,
+		Spec:    spec,
+		Action:  action,
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	})
+	if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		if err != nil {
+			return fmt.Errorf("starter: create scan schedule: %w", err)
+		}
+		return nil
+	}
+	h := s.Client.ScheduleClient().GetHandle(ctx, supportflow.ScanScheduleID)
+	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+		sch := in.Description.Schedule
+		sch.Spec = &spec
+		sch.Action = action
+		if sch.Policy == nil {
+			sch.Policy = &client.SchedulePolicies{}
+		}
+		sch.Policy.Overlap = enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
+		return &client.ScheduleUpdate{Schedule: &sch}, nil
+	}})
+	if err != nil {
+		return fmt.Errorf("starter: update scan schedule: %w", err)
+	}
+	return nil
+}
+
+// StartEvaluation starts an evaluation run (workflow ID eval/{runID}); a
+// run with the same ID that is still going is joined.
+func (s *Starter) StartEvaluation(ctx context.Context, req supportflow.EvaluationRequest) (string, error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	id := supportflow.EvaluationWorkflowID(req.RunID)
+	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                s.taskQueue(),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, supportflow.EvaluateDraftsWorkflow, req)
+	if err != nil {
+		return "", fmt.Errorf("starter: start evaluation %s: %w", req.RunID, err)
+	}
+	return id, nil
+}
+
+// EvaluationStatus returns an evaluation run's progress (or summary).
+func (s *Starter) EvaluationStatus(ctx context.Context, runID string) (supportflow.EvaluationStatus, error) {
+	var st supportflow.EvaluationStatus
+	if err := supportflow.ValidateProposalID(runID); err != nil {
+		return st, err
+	}
+	v, err := s.Client.QueryWorkflow(ctx, supportflow.EvaluationWorkflowID(runID), "", supportflow.EvaluationQuery)
+	if err != nil {
+		return st, fmt.Errorf("starter: evaluation %s: %w", runID, err)
+	}
+	return st, v.Get(&st)
+}
