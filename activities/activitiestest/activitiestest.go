@@ -1,5 +1,5 @@
 // Package activitiestest wires the real activities to a real, migrated
-// PostgreSQL database and to the Zendesk and subscription-service
+// PostgreSQL database and to the Zendesk, subscription-service and model
 // stand-ins through the real clients, for tests of activities and of the
 // workflows that run them.
 package activitiestest
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
@@ -30,6 +31,7 @@ type Harness struct {
 	Activities    *activities.Activities
 	Zendesk       *standin.Zendesk
 	Subscriptions *standin.Subscriptions
+	Model         *standin.Model
 	Pool          *pgxpool.Pool
 	Ledger        *ledger.Ledger
 }
@@ -46,16 +48,22 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	const email, zdToken, subsToken = "agent@acme.test", "zd-token", "subs-token"
-	h := &Harness{Zendesk: standin.NewZendesk(email, zdToken), Subscriptions: standin.NewSubscriptions(subsToken), Pool: pool}
-	zsrv, ssrv := httptest.NewServer(h.Zendesk), httptest.NewServer(h.Subscriptions)
+	const email, zdToken, subsToken, modelKey = "agent@acme.test", "zd-token", "subs-token", "model-key"
+	h := &Harness{
+		Zendesk: standin.NewZendesk(email, zdToken), Subscriptions: standin.NewSubscriptions(subsToken),
+		Model: standin.NewModel(modelKey), Pool: pool,
+	}
+	zsrv, ssrv, msrv := httptest.NewServer(h.Zendesk), httptest.NewServer(h.Subscriptions), httptest.NewServer(h.Model)
 	t.Cleanup(zsrv.Close)
 	t.Cleanup(ssrv.Close)
+	t.Cleanup(msrv.Close)
 	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: email, APIToken: zdToken})
 	require.NoError(t, err)
 	sc, err := subscriptions.New(ssrv.URL, subsToken, nil)
 	require.NoError(t, err)
+	mc, err := model.New(model.Config{BaseURL: msrv.URL + "/v1", APIKey: modelKey, Model: "standin-model"})
+	require.NoError(t, err)
 	h.Ledger = ledger.New(pool, Account)
-	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Ledger: h.Ledger, Durations: d.Fill()}
+	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Model: mc, Ledger: h.Ledger, Durations: d.Fill()}
 	return h
 }
