@@ -156,17 +156,14 @@ func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, 
 	case errors.As(err, &app) && app.Type() == supportflow.ErrTypeStaleProposal:
 		return fmt.Errorf("%w: %s", ErrStaleProposal, app.Message())
 	case errors.As(err, &nf):
+		// The server answers NotFound both for a ticket never drafted and
+		// for a draft that has closed (an update needs a running workflow).
+		if _, derr := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), ""); derr == nil {
+			return fmt.Errorf("%w: the draft of ticket %d has closed", ErrStaleProposal, ticketID)
+		}
 		return fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
-	case isClosed(err):
-		return fmt.Errorf("%w: the draft of ticket %d has closed", ErrStaleProposal, ticketID)
 	}
 	return fmt.Errorf("starter: %s on ticket %d: %w", name, ticketID, err)
-}
-
-// isClosed reports an update sent to a workflow that has already closed.
-func isClosed(err error) bool {
-	var fp *serviceerror.FailedPrecondition
-	return errors.As(err, &fp) || errors.Is(err, serviceerror.NewNotFound("workflow execution already completed"))
 }
 
 // Supersede tells a ticket's running draft that the customer wrote again.

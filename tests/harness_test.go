@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building the worker:", err)
 		os.Exit(1)
 	}
+	for name, typ := range supportflow.SearchAttributes {
+		testenv.SearchAttributes[name] = typ
+	}
 	code := testenv.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -56,6 +59,7 @@ const (
 	zdEmail    = "agent@acme.test"
 	zdToken    = "zd-secret-token"
 	subsToken  = "subs-secret-token"
+	modelKey   = "model-secret-key"
 	lease      = 2 * time.Second
 	hbTimeout  = 2 * time.Second
 	waitBudget = 90 * time.Second
@@ -70,8 +74,10 @@ type stack struct {
 	ledger    *ledger.Ledger
 	zd        *standin.Zendesk
 	subs      *standin.Subscriptions
+	model     *standin.Model
 	zdSrv     *standin.Server
 	subsSrv   *standin.Server
+	modelSrv  *standin.Server
 	temporal  client.Client
 	starter   *starter.Starter
 	taskQueue string
@@ -95,6 +101,10 @@ func newStack(t *testing.T) *stack {
 
 	s.zd = standin.NewZendesk(zdEmail, zdToken)
 	s.subs = standin.NewSubscriptions(subsToken)
+	s.model = standin.NewModel(modelKey)
+	s.modelSrv, err = standin.Listen(s.model, "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { s.modelSrv.Close() })
 	s.zdSrv, err = standin.Listen(s.zd, "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { s.zdSrv.Close() })
@@ -139,6 +149,10 @@ func (s *stack) startWorker() {
 		"ZENDESK_API_TOKEN="+zdToken,
 		"SUBSCRIPTIONS_URL="+s.subsSrv.URL(),
 		"SUBSCRIPTIONS_TOKEN="+subsToken,
+		"MODEL_BASE_URL="+s.modelSrv.URL()+"/v1",
+		"MODEL_API_KEY="+modelKey,
+		"MODEL_NAME=standin-model",
+		"SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT=20s",
 		"SUPPORTFLOW_HEARTBEAT_INTERVAL=200ms",
 		"SUPPORTFLOW_HEARTBEAT_TIMEOUT="+hbTimeout.String(),
 		"SUPPORTFLOW_LEASE="+lease.String(),

@@ -32,6 +32,29 @@
 //   - Other errors use the same {"error":"<code>","message":"..."} shape,
 //     and 429 and 503 may carry Retry-After.
 //
+// # Model
+//
+// Model (NewModel) is an OpenAI-compatible chat-completions server, so the
+// drafting code runs its real client (openai-go) without a model. It serves
+// only POST /v1/chat/completions; point a client at server.URL + "/v1".
+// With an API key it requires "Authorization: Bearer <key>"; errors use
+// OpenAI's shape {"error":{"message","type","param","code"}} (401
+// invalid_api_key, 400 for a malformed body or no messages). With
+// "stream": true it streams chat.completion.chunk events, one word per
+// chunk, then a chunk with finish_reason "stop", a usage chunk when
+// stream_options.include_usage is set, and "data: [DONE]"; otherwise it
+// answers one chat.completion.
+//
+// Its default answer is deterministic. It reads the last user message as
+// the drafting code's JSON document ({"subject", "requester_name",
+// "comments": [{"author": "customer"|"agent", "body"}],
+// "active_subscriptions"}) and answers {"reply": "...",
+// "cancel_subscriptions": [...]}: a greeting by name, and a cancellation of
+// every active subscription when the customer's last comment mentions
+// "cancel". SetResponder replaces the answer. ModelFault injects what
+// models do wrong: error statuses, slowness, slow or silent streams, and
+// answers that are not JSON.
+//
 // # Running outside tests
 //
 // Each stand-in is an http.Handler: serve it with httptest in tests, or with

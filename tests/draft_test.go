@@ -1,0 +1,324 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/starter"
+)
+
+// ticketIDs hands out ticket IDs unique across the tests of this binary:
+// they share one Temporal namespace, and a draft's workflow ID is derived
+// from its ticket.
+var ticketIDs atomic.Int64
+
+// seedTicket adds a ticket whose customer wrote body; subs become the
+// customer's active subscriptions (in the enrichment and the service).
+func (s *stack) seedTicket(body string, subs ...string) int64 {
+	s.t.Helper()
+	id := s.zd.AddTicket(standin.Ticket{ID: 10000 + ticketIDs.Add(1), Subject: "My plan", Description: body, RequesterName: "Ada"})
+	if len(subs) > 0 {
+		require.NoError(s.t, s.ledger.PutEnrichment(context.Background(), id, ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
+		for _, sub := range subs {
+			s.subs.AddSubscription(sub, "cust-1")
+		}
+	}
+	return id
+}
+
+// waitDraft polls the draft until cond holds and returns its status.
+func (s *stack) waitDraft(ticket int64, what string, cond func(supportflow.DraftStatus) bool) supportflow.DraftStatus {
+	s.t.Helper()
+	deadline := time.Now().Add(waitBudget)
+	var last supportflow.DraftStatus
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		last, lastErr = s.starter.DraftStatus(ctx, ticket)
+		cancel()
+		if lastErr == nil && cond(last) {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("draft of ticket %d never became %s; last status %+v, error %v", ticket, what, last, lastErr)
+	return last
+}
+
+func (s *stack) waitState(ticket int64, state string) supportflow.DraftStatus {
+	s.t.Helper()
+	return s.waitDraft(ticket, state, func(st supportflow.DraftStatus) bool { return st.State == state })
+}
+
+func (s *stack) proposals(ticket int64) int {
+	s.t.Helper()
+	n, err := s.ledger.CountProposals(context.Background(), ticket)
+	require.NoError(s.t, err)
+	return n
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The worker is killed while the model streams the draft. Its attempt
+// stops heartbeating; after the heartbeat timeout a new worker's attempt
+// drafts again and the draft reaches awaiting_approval with exactly one
+// proposal. Before the kill, the draft's progress shows the tokens
+// streamed so far.
+func TestDraft_SurvivesWorkerRestart(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Please cancel my subscription.", "sub-1")
+	hit := make(chan struct{}, 4)
+	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit})
+	s.startWorker()
+
+	d, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	assert.False(t, d.Joined)
+	select {
+	case <-hit:
+	case <-time.After(waitBudget):
+		t.Fatal("the model was never called")
+	}
+	st := s.waitDraft(ticket, "streaming", func(st supportflow.DraftStatus) bool {
+		return st.State == supportflow.DraftDrafting && st.Progress != nil && st.Progress.Tokens > 0
+	})
+	assert.Equal(t, "streaming", st.Progress.Step)
+	s.killWorker()
+	s.startWorker()
+
+	st = s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	require.NotNil(t, st.Proposal)
+	assert.Equal(t, []string{"sub-1"}, st.Proposal.CancelSubscriptions)
+	assert.Equal(t, 1, s.proposals(ticket), "exactly one proposal")
+	assert.Equal(t, 2, s.model.Requests(), "the killed attempt, then the one that finished")
+	assert.Equal(t, 1, s.model.Completions())
+	p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+	require.NoError(t, err)
+	assert.Equal(t, st.Proposal.Reply, p.Reply)
+	assert.Equal(t, supportflow.DraftAwaitingApproval, p.State)
+}
+
+// Two clicks at once make one draft: both starts land on the same run,
+// the model is asked once, one proposal is saved, and the Web UI's search
+// attributes find one workflow for the ticket, awaiting approval.
+func TestDraft_DoubleClickStartsOneDraft(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Where is my order?")
+	s.model.Inject(standin.ModelFault{Delay: 300 * time.Millisecond})
+	s.startWorker()
+
+	var wg sync.WaitGroup
+	runs := make([]starter.Draft, 2)
+	errs := make([]error, 2)
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[i], errs[i] = s.starter.StartDraft(ctxT(t), ticket, "click")
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	assert.Equal(t, runs[0].RunID, runs[1].RunID, "both clicks joined one run")
+	again, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	assert.Equal(t, runs[0].RunID, again.RunID)
+	assert.True(t, again.Joined, "a later click reports that it joined")
+
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	assert.Equal(t, 1, s.model.Requests(), "the model was asked once")
+	assert.Equal(t, 1, s.proposals(ticket))
+
+	query := fmt.Sprintf("%s = '%d' AND %s = '%s' AND %s = '%s'",
+		supportflow.SearchAttrTicketID, ticket, supportflow.SearchAttrState, supportflow.DraftAwaitingApproval,
+		supportflow.SearchAttrProposalID, st.Proposal.ID)
+	require.Eventually(t, func() bool {
+		res, err := s.temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		return err == nil && len(res.GetExecutions()) == 1 && res.GetExecutions()[0].GetExecution().GetRunId() == runs[0].RunID
+	}, 20*time.Second, 100*time.Millisecond, "the Web UI filter %q finds the draft", query)
+}
+
+// Two approvals at once: one execution, one comment, one cancellation.
+func TestDraft_ApproveExecutesOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Please cancel my subscription.", "sub-1")
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+
+	var wg sync.WaitGroup
+	results := make([]supportflow.ApproveResult, 2)
+	errs := make([]error, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID, ApprovedBy: "agent-" + strconv.Itoa(i)})
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	assert.Equal(t, results[0].ExecutionWorkflowID, results[1].ExecutionWorkflowID)
+	assert.NotEqual(t, results[0].AlreadyApproved, results[1].AlreadyApproved, "one approval started it, the other joined")
+
+	final := s.waitState(ticket, supportflow.DraftDone)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	assert.Equal(t, st.Proposal.Reply, s.zd.Comments(ticket)[0].Body)
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	assert.Equal(t, supportflow.StateApplied, s.action(supportflow.ActionKey(st.Proposal.ID, 0)).State)
+	assert.Equal(t, supportflow.ExecuteWorkflowID(st.Proposal.ID), final.ExecutionWorkflowID)
+
+	// Approving once more, after the draft closed, is refused.
+	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID})
+	require.ErrorIs(t, err, starter.ErrStaleProposal)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket))
+}
+
+// The model is down: both attempts fail, the draft ends failed with the
+// model's error, the workflow is Failed in the Web UI, and nothing was
+// saved.
+func TestDraft_ModelOutageEndsFailedWithError(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Hello?")
+	s.model.Inject(standin.ModelFault{Status: 503, Times: -1})
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+
+	st := s.waitState(ticket, supportflow.DraftFailed)
+	assert.Contains(t, st.Error, "HTTP 503")
+	assert.Equal(t, 2, s.model.Requests(), "two attempts, no hidden retries")
+	assert.Zero(t, s.proposals(ticket))
+	d, err := s.temporal.DescribeWorkflowExecution(ctxT(t), supportflow.DraftWorkflowID(ticket), "")
+	require.NoError(t, err)
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, d.GetWorkflowExecutionInfo().GetStatus())
+
+	// Once the model is back, a new click drafts again.
+	s.model.ClearFaults()
+	_, err = s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	s.waitState(ticket, supportflow.DraftAwaitingApproval)
+}
+
+// The customer writes while the proposal awaits approval: the proposal is
+// superseded and a fresh draft (the next run of the same workflow ID)
+// drafts from the new conversation; the old proposal can no longer be
+// approved.
+func TestDraft_SupersedeWhileAwaitingApprovalRedrafts(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Where is my order?")
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	first := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+
+	s.zd.AddComment(ticket, standin.SeedComment{Body: "Actually, please cancel everything."})
+	ok, err := s.starter.Supersede(ctxT(t), ticket, supportflow.TicketActivity{At: time.Now(), Source: "test"})
+	require.NoError(t, err)
+	assert.True(t, ok)
+	second := s.waitDraft(ticket, "redrafted", func(st supportflow.DraftStatus) bool {
+		return st.State == supportflow.DraftAwaitingApproval && st.Proposal != nil && st.Proposal.ID != first.Proposal.ID
+	})
+	assert.Equal(t, first.Proposal.ID, second.Supersedes)
+	assert.Equal(t, 1, second.Generation)
+	p, err := s.ledger.GetProposal(context.Background(), first.Proposal.ID)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.DraftSuperseded, p.State)
+
+	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: first.Proposal.ID})
+	require.ErrorIs(t, err, starter.ErrStaleProposal, "a stale tab cannot approve the superseded proposal")
+	assert.Zero(t, s.zd.CommentCount(ticket))
+}
+
+// The scan schedule is created once and updated in place; a scan starts
+// a draft for each ticket that needs one, and a second scan while those
+// drafts run starts nothing.
+func TestScan_StartsEachDraftOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	ctx := ctxT(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	var eligible []int64
+	for range 3 {
+		id := s.seedTicket("Hello?")
+		eligible = append(eligible, id)
+		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
+		require.NoError(t, err)
+	}
+	answered := s.seedTicket("Thanks!")
+	_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: answered, Status: "open", UpdatedAt: now,
+		LastCustomerCommentAt: now.Add(-time.Hour), LastAgentCommentAt: now})
+	require.NoError(t, err)
+	// Keep drafts in flight so the second scan finds them running.
+	s.model.Inject(standin.ModelFault{Delay: 3 * time.Second, Times: 3})
+
+	scan := func(id string) supportflow.ScanResult {
+		run, err := s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.taskQueue},
+			supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{})
+		require.NoError(t, err)
+		var res supportflow.ScanResult
+		require.NoError(t, run.Get(ctx, &res))
+		return res
+	}
+	first := scan("scan-1-" + t.Name())
+	assert.ElementsMatch(t, eligible, first.Started)
+	second := scan("scan-2-" + t.Name())
+	assert.Empty(t, second.Started, "running it twice starts nothing twice")
+	assert.ElementsMatch(t, eligible, second.Running)
+
+	for _, id := range eligible {
+		s.waitState(id, supportflow.DraftAwaitingApproval)
+		assert.Equal(t, 1, s.proposals(id))
+	}
+	assert.Equal(t, 3, s.model.Requests(), "one model call per eligible ticket")
+	third := scan("scan-3-" + t.Name())
+	assert.Empty(t, third.Candidates, "a ticket whose proposal has seen the customer's comment needs no draft")
+}
+
+// The schedule that runs the scan: every 5 minutes by default, overlap
+// skip; ensuring it twice updates it in place.
+func TestScan_ScheduleIsCreatedOnceAndUpdated(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ctx := ctxT(t)
+	t.Cleanup(func() { _ = s.temporal.ScheduleClient().GetHandle(context.Background(), supportflow.ScanScheduleID).Delete(context.Background()) })
+	require.NoError(t, s.starter.EnsureScanSchedule(ctx, 5*time.Minute))
+	require.NoError(t, s.starter.EnsureScanSchedule(ctx, 7*time.Minute))
+	d, err := s.temporal.ScheduleClient().GetHandle(ctx, supportflow.ScanScheduleID).Describe(ctx)
+	require.NoError(t, err)
+	require.Len(t, d.Schedule.Spec.Intervals, 1)
+	assert.Equal(t, 7*time.Minute, d.Schedule.Spec.Intervals[0].Every)
+	assert.Equal(t, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, d.Schedule.Policy.Overlap)
+	action, ok := d.Schedule.Action.(*client.ScheduleWorkflowAction)
+	require.True(t, ok)
+	assert.Equal(t, supportflow.ScanTicketsWorkflow, action.Workflow)
+	assert.Equal(t, s.taskQueue, action.TaskQueue)
+	require.Error(t, s.starter.EnsureScanSchedule(ctx, 0), "a zero interval is refused")
+}
