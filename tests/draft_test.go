@@ -308,7 +308,9 @@ func TestScan_ScheduleIsCreatedOnceAndUpdated(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ctx := ctxT(t)
-	t.Cleanup(func() { _ = s.temporal.ScheduleClient().GetHandle(context.Background(), supportflow.ScanScheduleID).Delete(context.Background()) })
+	t.Cleanup(func() {
+		_ = s.temporal.ScheduleClient().GetHandle(context.Background(), supportflow.ScanScheduleID).Delete(context.Background())
+	})
 	require.NoError(t, s.starter.EnsureScanSchedule(ctx, 5*time.Minute))
 	require.NoError(t, s.starter.EnsureScanSchedule(ctx, 7*time.Minute))
 	d, err := s.temporal.ScheduleClient().GetHandle(ctx, supportflow.ScanScheduleID).Describe(ctx)

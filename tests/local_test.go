@@ -14,8 +14,8 @@ import (
 
 // The README's run command, as a new user runs it, in its -once mode: it
 // starts its own PostgreSQL and dev server, the stand-ins and the worker,
-// executes the demo proposal and checks exactly one comment and one
-// cancellation per subscription landed.
+// drafts the demo tickets, approves one, and checks exactly one comment
+// and one cancellation per subscription landed.
 func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -24,7 +24,7 @@ func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "DATABASE_URL", "TEMPORAL_ADDRESS", "ZENDESK_URL", "ZENDESK_SUBDOMAIN", "SUBSCRIPTIONS_URL":
+		case "DATABASE_URL", "TEMPORAL_ADDRESS", "ZENDESK_URL", "ZENDESK_SUBDOMAIN", "SUBSCRIPTIONS_URL", "MODEL_BASE_URL":
 			continue // the local run must bring up its own
 		}
 		env = append(env, kv)
@@ -32,7 +32,7 @@ func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "demo proposal applied: 1 comment, 2 cancellations")
+	assert.Contains(t, string(out), "demo draft approved and applied: 1 comment, 2 cancellations")
 	assert.Contains(t, string(out), "==> ready")
 	assert.Contains(t, string(out), "Temporal Web UI: http://127.0.0.1:")
 }

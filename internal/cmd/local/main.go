@@ -1,10 +1,12 @@
 // Command local runs supportflow on one machine: a throwaway PostgreSQL
-// (or DATABASE_URL), the Temporal dev server with its Web UI (or
-// TEMPORAL_ADDRESS), stand-ins for Zendesk and the subscription service
-// (or the real ones, as soon as ZENDESK_URL/ZENDESK_SUBDOMAIN and
-// SUBSCRIPTIONS_URL are set), the worker, and one demo proposal executed
-// end to end. It then prints what to open and waits for Ctrl-C, which
-// stops everything, letting the worker drain.
+// (or DATABASE_URL), the Temporal dev server with its Web UI and
+// supportflow's search attributes (or TEMPORAL_ADDRESS), stand-ins for
+// Zendesk, the subscription service and the model (or the real ones, as
+// soon as ZENDESK_URL/ZENDESK_SUBDOMAIN, SUBSCRIPTIONS_URL and
+// MODEL_BASE_URL are set), the worker and the scan schedule. With the
+// stand-ins it seeds demo tickets: one is drafted, approved and executed
+// end to end, one is left awaiting approval. It then prints what to open
+// and waits for Ctrl-C, which stops everything, letting the worker drain.
 //
 //	go run ./internal/cmd/local          run until Ctrl-C
 //	go run ./internal/cmd/local -once    run the demo, check it, exit
@@ -22,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
@@ -30,6 +33,8 @@ import (
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/workerapp"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -84,7 +89,9 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	if os.Getenv("TEMPORAL_ADDRESS") == "" {
 		say("starting the Temporal dev server with its Web UI (the CLI is built on first use: a few minutes)")
 		dbFile, _ := filepath.Abs(filepath.Join(stateDir, "temporal.db"))
-		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{UI: true, DBFile: dbFile, Log: logFile, Progress: os.Stdout})
+		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
+			UI: true, DBFile: dbFile, Log: logFile, Progress: os.Stdout, SearchAttributes: supportflow.SearchAttributes,
+		})
 		if err != nil {
 			return err
 		}
@@ -119,8 +126,25 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		say("subscription-service stand-in at %s", srv.URL())
 	}
 
+	if os.Getenv("MODEL_BASE_URL") == "" {
+		srv, err := standin.Listen(standin.NewModel("local-model-key"), "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { srv.Close() })
+		os.Setenv("MODEL_BASE_URL", srv.URL()+"/v1")
+		os.Setenv("MODEL_API_KEY", "local-model-key")
+		os.Setenv("MODEL_NAME", "standin")
+		say("model stand-in at %s", srv.URL())
+	}
+
 	cfg, err := config.LoadWorker()
 	if err != nil {
+		return err
+	}
+	// Migrate before anything reads the schema; the worker's own migration
+	// then finds nothing to do.
+	if _, err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
 	workerCtx, stopWorker := context.WithCancel(context.Background())
@@ -138,9 +162,18 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	defer c.Close()
 	st := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
+	if err := st.EnsureScanSchedule(ctx, cfg.Durations.ScanInterval); err != nil {
+		return err
+	}
+	say("scan schedule %s runs every %s", supportflow.ScanScheduleID, cfg.Durations.ScanInterval)
 
 	if usingStandins {
-		if err := demo(ctx, st, zd, subs); err != nil {
+		pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := demo(ctx, st, ledger.New(pool, cfg.Account), zd, subs); err != nil {
 			return err
 		}
 	}
@@ -162,40 +195,76 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 }
 
-// demo seeds a ticket and two subscriptions on the stand-ins and executes
-// one approved proposal: a public reply, then both cancellations.
-func demo(ctx context.Context, st *starter.Starter, zd *standin.Zendesk, subs *standin.Subscriptions) error {
-	ticket := zd.AddTicket(standin.Ticket{Subject: "Please cancel my subscriptions", Description: "I'd like to cancel both of my plans."})
+// demo seeds two tickets on the stand-ins. The first customer asks to
+// cancel both plans: its draft is approved and executed (one public reply,
+// both cancellations), and checked. The second is drafted and left
+// awaiting approval, for the Web UI. Ticket IDs come from the clock, so a
+// restarted local run never meets an earlier run's drafts.
+func demo(ctx context.Context, st *starter.Starter, l *ledger.Ledger, zd *standin.Zendesk, subs *standin.Subscriptions) error {
+	base := time.Now().Unix() * 10
+	ticket := zd.AddTicket(standin.Ticket{ID: base, Subject: "Please cancel my subscriptions",
+		Description: "I'd like to cancel both of my plans.", RequesterName: "Dana"})
 	subs.AddSubscription("demo-sub-1", "demo-customer")
 	subs.AddSubscription("demo-sub-2", "demo-customer")
-	proposalID := fmt.Sprintf("demo-%d", time.Now().Unix())
-	p := supportflow.Proposal{ID: proposalID, Actions: []supportflow.Action{{
-		TicketID:            ticket,
-		Comment:             &supportflow.Comment{Body: "Both of your subscriptions are cancelled. Sorry to see you go!", Public: true},
-		CancelSubscriptions: []string{"demo-sub-1", "demo-sub-2"},
-	}}}
-	say("executing demo proposal %s on ticket %d", proposalID, ticket)
-	e, err := st.ExecuteProposal(ctx, p)
+	if err := l.PutEnrichment(ctx, ticket, ledger.Enrichment{CustomerID: "demo-customer", LifetimeOrders: 12,
+		ActiveSubscriptions: []string{"demo-sub-1", "demo-sub-2"}}); err != nil {
+		return err
+	}
+	other := zd.AddTicket(standin.Ticket{ID: base + 1, Subject: "Late delivery",
+		Description: "My box has not arrived yet.", RequesterName: "Lee"})
+
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var awaiting supportflow.DraftStatus
+	for _, id := range []int64{ticket, other} {
+		if _, err := st.StartDraft(ctx, id, "demo"); err != nil {
+			return err
+		}
+		s, err := waitDraft(waitCtx, st, id, supportflow.DraftAwaitingApproval)
+		if err != nil {
+			return err
+		}
+		say("ticket %d: draft %s awaits approval: %q (cancel %v)", id, s.Proposal.ID, s.Proposal.Reply, s.Proposal.CancelSubscriptions)
+		if id == ticket {
+			awaiting = s
+		}
+	}
+	res, err := st.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: awaiting.Proposal.ID, ApprovedBy: "local-demo"})
 	if err != nil {
 		return err
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	statuses, err := st.WaitExecution(waitCtx, proposalID)
-	if err != nil {
-		return fmt.Errorf("demo proposal: %w", err)
-	}
-	for _, s := range statuses {
-		say("action %s: %s (comment %d, cancelled %v)", s.Key, s.State, s.CommentID, s.Cancelled)
+	say("approved %s; executing as %s", awaiting.Proposal.ID, res.ExecutionWorkflowID)
+	if _, err := waitDraft(waitCtx, st, ticket, supportflow.DraftDone); err != nil {
+		return err
 	}
 	if n := zd.CommentCount(ticket); n != 1 {
-		return fmt.Errorf("demo proposal: %d comments on ticket %d, want exactly 1", n, ticket)
+		return fmt.Errorf("demo: %d comments on ticket %d, want exactly 1", n, ticket)
 	}
 	for _, id := range []string{"demo-sub-1", "demo-sub-2"} {
 		if n := subs.Cancellations(id); n != 1 {
-			return fmt.Errorf("demo proposal: %s cancelled %d times, want exactly 1", id, n)
+			return fmt.Errorf("demo: %s cancelled %d times, want exactly 1", id, n)
 		}
 	}
-	say("demo proposal applied: 1 comment, 2 cancellations (workflow %s)", e.WorkflowID)
+	say("demo draft approved and applied: 1 comment, 2 cancellations (ticket %d)", ticket)
+	say("ticket %d is left awaiting approval: find it in the Web UI with %s = '%s'", other, supportflow.SearchAttrState, supportflow.DraftAwaitingApproval)
 	return nil
+}
+
+// waitDraft polls a draft until it reaches state, or fails saying where it
+// stopped.
+func waitDraft(ctx context.Context, st *starter.Starter, ticket int64, state string) (supportflow.DraftStatus, error) {
+	for {
+		s, err := st.DraftStatus(ctx, ticket)
+		if err == nil && s.State == state {
+			return s, nil
+		}
+		if err == nil && supportflow.DraftTerminal(s.State) {
+			return s, fmt.Errorf("demo: the draft of ticket %d ended %s: %s", ticket, s.State, s.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("demo: the draft of ticket %d is %q, not %s: %w", ticket, s.State, state, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
