@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"go.temporal.io/sdk/client"
 
 	"github.com/supportflow/supportflow"
@@ -69,6 +73,28 @@ func (s *stack) proposals(ticket int64) int {
 	n, err := s.ledger.CountProposals(context.Background(), ticket)
 	require.NoError(s.t, err)
 	return n
+}
+
+// recordHistory writes a closed workflow's history to
+// workflows/testdata/{name}.json when SUPPORTFLOW_RECORD_HISTORIES=1, for
+// the replay test that guards determinism. Recorded files are committed;
+// without the variable this does nothing.
+func (s *stack) recordHistory(workflowID, runID, name string) {
+	s.t.Helper()
+	if os.Getenv("SUPPORTFLOW_RECORD_HISTORIES") != "1" {
+		return
+	}
+	ctx := ctxT(s.t)
+	it := s.temporal.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var h historypb.History
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(s.t, err)
+		h.Events = append(h.Events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	require.NoError(s.t, err)
+	require.NoError(s.t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name+".json"), append(b, '\n'), 0o644))
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -191,6 +217,7 @@ func TestDraft_ApproveExecutesOnce(t *testing.T) {
 	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
 	assert.Equal(t, supportflow.StateApplied, s.action(supportflow.ActionKey(st.Proposal.ID, 0)).State)
 	assert.Equal(t, supportflow.ExecuteWorkflowID(st.Proposal.ID), final.ExecutionWorkflowID)
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_approved_done")
 
 	// Approving once more, after the draft closed, is refused.
 	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID})
@@ -217,6 +244,7 @@ func TestDraft_ModelOutageEndsFailedWithError(t *testing.T) {
 	d, err := s.temporal.DescribeWorkflowExecution(ctxT(t), supportflow.DraftWorkflowID(ticket), "")
 	require.NoError(t, err)
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, d.GetWorkflowExecutionInfo().GetStatus())
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_model_outage_failed")
 
 	// Once the model is back, a new click drafts again.
 	s.model.ClearFaults()
@@ -234,7 +262,7 @@ func TestDraft_SupersedeWhileAwaitingApprovalRedrafts(t *testing.T) {
 	s := newStack(t)
 	ticket := s.seedTicket("Where is my order?")
 	s.startWorker()
-	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	firstRun, err := s.starter.StartDraft(ctxT(t), ticket, "click")
 	require.NoError(t, err)
 	first := s.waitState(ticket, supportflow.DraftAwaitingApproval)
 
@@ -246,6 +274,7 @@ func TestDraft_SupersedeWhileAwaitingApprovalRedrafts(t *testing.T) {
 		return st.State == supportflow.DraftAwaitingApproval && st.Proposal != nil && st.Proposal.ID != first.Proposal.ID
 	})
 	assert.Equal(t, first.Proposal.ID, second.Supersedes)
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), firstRun.RunID, "draft_reply_superseded_continued_as_new")
 	assert.Equal(t, 1, second.Generation)
 	p, err := s.ledger.GetProposal(context.Background(), first.Proposal.ID)
 	require.NoError(t, err)

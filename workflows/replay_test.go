@@ -11,7 +11,10 @@ import (
 )
 
 // TestReplay_CommittedHistories replays histories recorded from real runs
-// (testdata/*.json, exported with `temporal workflow show -o json`) against
+// on the dev server (testdata/*.json: ExecuteProposal exported with
+// `temporal workflow show -o json`; DraftReply's approved, failed and
+// continued-as-new runs written by the tests/ suite with
+// SUPPORTFLOW_RECORD_HISTORIES=1 go test ./tests -run TestDraft_) against
 // today's workflow code. A change that would break open executions on
 // deploy (non-determinism) fails here. When a change is intended to alter
 // the command sequence, version it with workflow.GetVersion and record a
