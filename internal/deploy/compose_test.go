@@ -15,6 +15,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/policy"
 )
@@ -33,6 +34,7 @@ var hostEnv = map[string]string{
 	"ZENDESK_API_TOKEN":   "host-zendesk-token",
 	"SUBSCRIPTIONS_URL":   "https://host-subscriptions.example.com",
 	"SUBSCRIPTIONS_TOKEN": "host-subscriptions-token",
+	"MODEL_API_KEY":       "host-model-key",
 }
 
 // The services docker-compose.yml must define.
@@ -41,6 +43,7 @@ const (
 	temporalService   = "temporal"
 	temporalUIService = "temporal-ui"
 	workerService     = "worker"
+	setupService      = "temporal-setup"
 )
 
 // loadCompose loads, interpolates, validates (against the compose schema
@@ -379,4 +382,28 @@ func varDefault(t *testing.T, name string) string {
 	}
 	t.Fatalf("config.Vars has no %s", name)
 	return ""
+}
+
+// TestComposeRegistersSearchAttributes checks the one-shot setup service
+// registers every search attribute the workflows set, with its type, and
+// that the worker starts only after it succeeded.
+func TestComposeRegistersSearchAttributes(t *testing.T) {
+	p := project(t)
+	setup := service(t, p, setupService)
+	script := strings.Join(setup.Command, " ")
+	for name, typ := range supportflow.SearchAttributes {
+		if !strings.Contains(script, name) {
+			t.Errorf("%s does not register search attribute %s", setupService, name)
+		}
+		if !strings.Contains(script, "--type "+typ) {
+			t.Errorf("%s does not register type %s (for %s)", setupService, typ, name)
+		}
+	}
+	if d, ok := setup.DependsOn[temporalService]; !ok || d.Condition != "service_healthy" {
+		t.Errorf("%s must wait for a healthy %s, got %+v", setupService, temporalService, setup.DependsOn)
+	}
+	w := service(t, p, workerService)
+	if d, ok := w.DependsOn[setupService]; !ok || d.Condition != "service_completed_successfully" {
+		t.Errorf("worker must start after %s completed successfully, got %+v", setupService, w.DependsOn)
+	}
 }
