@@ -1,0 +1,233 @@
+package activities_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/activities/activitiestest"
+	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+func ticketContext(subs ...string) activities.TicketContext {
+	tc := activities.TicketContext{Conversation: zendeskclient.Conversation{
+		TicketID: 7, Subject: "Plan",
+		Comments: []zendeskclient.ConversationComment{{Author: zendeskclient.AuthorCustomer, Body: "Cancel please", At: time.Unix(1000, 0)}},
+	}}
+	if subs != nil {
+		tc.Enrichment = &ledger.Enrichment{CustomerID: "c", ActiveSubscriptions: subs}
+	}
+	return tc
+}
+
+// Each invalid answer gets an error that says what is wrong with it.
+func TestParseDraft(t *testing.T) {
+	p, err := activities.ParseDraft(`{"reply":" Done. ","cancel_subscriptions":["sub-1"]}`, ticketContext("sub-1", "sub-2"))
+	require.NoError(t, err)
+	assert.Equal(t, "Done.", p.Reply)
+	assert.Equal(t, []string{"sub-1"}, p.CancelSubscriptions)
+	assert.Equal(t, int64(7), p.TicketID)
+	assert.Equal(t, time.Unix(1000, 0), p.ConversationThrough)
+
+	for _, tc := range []struct {
+		name, answer string
+		subs         []string
+		want         string
+	}{
+		{"prose", `Sure! Here is the reply`, nil, "not a JSON object"},
+		{"an array", `["hi"]`, nil, "not a JSON object"},
+		{"text after the object", `{"reply":"hi"} and more`, nil, "text after its JSON object"},
+		{"no reply", `{"cancel_subscriptions":[]}`, nil, `no "reply"`},
+		{"blank reply", `{"reply":"  "}`, nil, "reply is empty"},
+		{"reply of the wrong type", `{"reply":42}`, nil, "not a JSON object"},
+		{"oversized reply", `{"reply":"` + strings.Repeat("a", supportflow.MaxCommentBytes+1) + `"}`, nil, "over Zendesk's limit"},
+		{"a subscription the customer does not have", `{"reply":"ok","cancel_subscriptions":["sub-9"]}`, []string{"sub-1"}, "not one of the customer's active subscriptions"},
+		{"a cancellation without enrichment", `{"reply":"ok","cancel_subscriptions":["sub-1"]}`, nil, "not one of the customer's active subscriptions"},
+		{"a subscription twice", `{"reply":"ok","cancel_subscriptions":["sub-1","sub-1"]}`, []string{"sub-1"}, "listed twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := activities.ParseDraft(tc.answer, ticketContext(tc.subs...))
+			require.ErrorIs(t, err, activities.ErrInvalidModelOutput)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+type draftFixture struct {
+	h   *activitiestest.Harness
+	env *testsuite.TestActivityEnvironment
+
+	mu         sync.Mutex
+	heartbeats []supportflow.DraftProgress
+}
+
+func newDraftFixture(t *testing.T) *draftFixture {
+	f := &draftFixture{h: activitiestest.New(t, policy.Durations{HeartbeatInterval: 20 * time.Millisecond})}
+	var s testsuite.WorkflowTestSuite
+	f.env = s.NewTestActivityEnvironment()
+	// The SDK throttles what reaches the server (and the environment's
+	// heartbeat listener); an interceptor sees every heartbeat the
+	// activity records.
+	f.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&heartbeatSpy{f: f}}})
+	f.env.RegisterActivity(f.h.Activities)
+	return f
+}
+
+type heartbeatSpy struct {
+	interceptor.WorkerInterceptorBase
+	f *draftFixture
+}
+
+func (s *heartbeatSpy) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	i := &spyInbound{f: s.f}
+	i.Next = next
+	return i
+}
+
+type spyInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	f *draftFixture
+}
+
+func (i *spyInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
+	o := &spyOutbound{f: i.f}
+	o.Next = outbound
+	return i.Next.Init(o)
+}
+
+type spyOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	f *draftFixture
+}
+
+func (o *spyOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	if len(details) == 1 {
+		if p, ok := details[0].(supportflow.DraftProgress); ok {
+			o.f.mu.Lock()
+			o.f.heartbeats = append(o.f.heartbeats, p)
+			o.f.mu.Unlock()
+		}
+	}
+	o.Next.RecordHeartbeat(ctx, details...)
+}
+
+func (f *draftFixture) load(t *testing.T, ticket int64) activities.TicketContext {
+	t.Helper()
+	v, err := f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: ticket})
+	require.NoError(t, err)
+	var tc activities.TicketContext
+	require.NoError(t, v.Get(&tc))
+	return tc
+}
+
+// The conversation comes back oldest first, the customer's comments told
+// from the agents', internal notes left out, with the enrichment.
+func TestLoadTicket_ReadsThePublicConversationAndEnrichment(t *testing.T) {
+	f := newDraftFixture(t)
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Refund", Description: "I was charged twice.", RequesterName: "Ada"})
+	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Checking.", Agent: true})
+	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Customer is VIP", Agent: true, Private: true})
+	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Any news?"})
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, ledger.Enrichment{CustomerID: "c-1", ActiveSubscriptions: []string{"s-1"}}))
+
+	tc := f.load(t, ticket)
+	assert.Equal(t, "Refund", tc.Conversation.Subject)
+	assert.Equal(t, "Ada", tc.Conversation.RequesterName)
+	var got []string
+	for _, c := range tc.Conversation.Comments {
+		got = append(got, c.Author+": "+c.Body)
+	}
+	assert.Equal(t, []string{"customer: I was charged twice.", "agent: Checking.", "customer: Any news?"}, got)
+	require.NotNil(t, tc.Enrichment)
+	assert.Equal(t, []string{"s-1"}, tc.Enrichment.ActiveSubscriptions)
+}
+
+func TestLoadTicket_BadInput(t *testing.T) {
+	f := newDraftFixture(t)
+	_, err := f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: 0})
+	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
+	assert.True(t, appErr(t, err).NonRetryable())
+
+	_, err = f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: 4242})
+	assert.Equal(t, supportflow.ErrTypeRejected, appErr(t, err).Type(), "an unknown ticket (404) is final")
+	assert.True(t, appErr(t, err).NonRetryable())
+
+	// An evaluation needs an agent reply to score against.
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "x", Description: "Hello?"})
+	_, err = f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: ticket, ForEvaluation: true})
+	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
+	assert.Contains(t, err.Error(), "no agent reply")
+}
+
+// While the model is silent the activity still heartbeats (tokens 0);
+// while it streams, the heartbeat details carry the tokens so far.
+func TestGenerateDraft_HeartbeatsTokensWhileTheModelIsSilentAndStreaming(t *testing.T) {
+	f := newDraftFixture(t)
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Please cancel.", RequesterName: "Ada"})
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, ledger.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
+	tc := f.load(t, ticket)
+	f.h.Model.Inject(standin.ModelFault{Delay: 200 * time.Millisecond, TokenDelay: 20 * time.Millisecond})
+
+	v, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+	require.NoError(t, err)
+	var p supportflow.DraftProposal
+	require.NoError(t, v.Get(&p))
+	assert.Equal(t, "p-1", p.ID)
+	assert.Equal(t, []string{"sub-1"}, p.CancelSubscriptions)
+	assert.Equal(t, "standin-model", p.Model)
+	assert.Contains(t, p.Reply, "Hi Ada")
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.NotEmpty(t, f.heartbeats)
+	assert.Equal(t, 0, f.heartbeats[0].Tokens, "beats while the model has said nothing")
+	assert.Equal(t, "waiting for the model", f.heartbeats[0].Step)
+	last := f.heartbeats[len(f.heartbeats)-1]
+	assert.Greater(t, last.Tokens, 3, "the tokens received so far")
+	assert.Equal(t, "streaming", last.Step)
+	for i := 1; i < len(f.heartbeats); i++ {
+		assert.GreaterOrEqual(t, f.heartbeats[i].Tokens, f.heartbeats[i-1].Tokens)
+	}
+}
+
+func TestGenerateDraft_ErrorsSayWhatToDo(t *testing.T) {
+	f := newDraftFixture(t)
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Hi"})
+	tc := f.load(t, ticket)
+	gen := func() error {
+		_, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+		return err
+	}
+
+	f.h.Model.Inject(standin.ModelFault{InvalidJSON: true})
+	err := gen()
+	assert.Equal(t, supportflow.ErrTypeInvalidModelOutput, appErr(t, err).Type())
+	assert.False(t, appErr(t, err).NonRetryable(), "another attempt may answer properly")
+
+	f.h.Model.Inject(standin.ModelFault{Status: 401})
+	err = gen()
+	assert.Equal(t, supportflow.ErrTypeRejected, appErr(t, err).Type(), "a refused key is final")
+	assert.NotContains(t, err.Error(), "model-key", "the key is never in an error")
+
+	f.h.Model.Inject(standin.ModelFault{Status: 503})
+	err = gen()
+	assert.Contains(t, err.Error(), "503")
+	assert.False(t, appErr(t, err).NonRetryable())
+
+	_, err = f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "bad id", Ticket: tc})
+	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
+	assert.Equal(t, 3, f.h.Model.Requests(), "bad input never reaches the model")
+}

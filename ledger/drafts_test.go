@@ -1,0 +1,158 @@
+package ledger_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+func proposal(id string) supportflow.DraftProposal {
+	return supportflow.DraftProposal{ID: id, TicketID: 7, Reply: "We cancelled it.", CancelSubscriptions: []string{"sub-1"},
+		ConversationThrough: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Model: "m"}
+}
+
+// Saving is idempotent: eight concurrent saves of one proposal (an
+// activity retried after a lost answer) create one row; the same ID with
+// other content is refused, and the stored proposal is unchanged.
+func TestSaveProposal_IdempotentAndNeverChanges(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	created := make(chan bool, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := l.SaveProposal(ctx, proposal("p-1"))
+			assert.NoError(t, err)
+			created <- c
+		}()
+	}
+	wg.Wait()
+	close(created)
+	n := 0
+	for c := range created {
+		if c {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "exactly one save created the row")
+
+	changed := proposal("p-1")
+	changed.Reply = "Something else."
+	_, err := l.SaveProposal(ctx, changed)
+	require.ErrorIs(t, err, ledger.ErrConflict)
+	got, err := l.GetProposal(ctx, "p-1")
+	require.NoError(t, err)
+	assert.Equal(t, "We cancelled it.", got.Reply)
+	assert.Equal(t, []string{"sub-1"}, got.CancelSubscriptions)
+	assert.Equal(t, supportflow.DraftAwaitingApproval, got.State)
+	count, err := l.CountProposals(ctx, 7)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+}
+
+func TestSaveProposal_BadInputWritesNothing(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	for name, p := range map[string]supportflow.DraftProposal{
+		"bad id":      proposal("p 1; DROP TABLE proposal"),
+		"empty id":    proposal(""),
+		"zero ticket": func() supportflow.DraftProposal { p := proposal("p-2"); p.TicketID = 0; return p }(),
+	} {
+		_, err := l.SaveProposal(ctx, p)
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, name)
+	}
+	n, err := l.CountProposals(ctx, 7)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// A proposal moves forward only: awaiting -> executing -> done; a terminal
+// state is never left, and an unknown state or proposal is an error.
+func TestSetProposalState_OnlyMovesForward(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	_, err := l.SaveProposal(ctx, proposal("p-1"))
+	require.NoError(t, err)
+
+	ok, err := l.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "ada", "")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "", "")
+	require.NoError(t, err)
+	assert.True(t, ok, "re-recording executing (a retried activity) is allowed")
+	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftDone, "", "")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftExpired, "", "")
+	require.NoError(t, err)
+	assert.False(t, ok, "done is final")
+	got, err := l.GetProposal(ctx, "p-1")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.DraftDone, got.State)
+	assert.Equal(t, "ada", got.DecidedBy, "the approver is kept")
+
+	_, err = l.SetProposalState(ctx, "p-1", "approved-ish", "", "")
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
+	_, err = l.SetProposalState(ctx, "no-such", supportflow.DraftDone, "", "")
+	assert.ErrorIs(t, err, ledger.ErrNotFound)
+}
+
+// The mirror keeps the newest comment times even when an older copy of the
+// ticket arrives later, and the scan's candidates follow who spoke last.
+func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	put := func(updated, customer, agent time.Time) {
+		_, err := l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 7, Status: "open", UpdatedAt: updated,
+			LastCustomerCommentAt: customer, LastAgentCommentAt: agent})
+		require.NoError(t, err)
+	}
+	candidates := func() []int64 {
+		ids, err := l.DraftCandidates(ctx, 10)
+		require.NoError(t, err)
+		return ids
+	}
+	put(t0, t0, time.Time{})
+	assert.Equal(t, []int64{7}, candidates(), "the customer wrote and nobody answered")
+	put(t0.Add(time.Minute), t0, t0.Add(time.Minute))
+	assert.Empty(t, candidates(), "an agent answered")
+	put(t0.Add(2*time.Minute), t0.Add(2*time.Minute), time.Time{})
+	assert.Equal(t, []int64{7}, candidates(), "the customer wrote again; the agent's time is kept")
+	p := proposal("p-7")
+	p.ConversationThrough = t0.Add(2 * time.Minute)
+	_, err := l.SaveProposal(ctx, p)
+	require.NoError(t, err)
+	assert.Empty(t, candidates(), "a proposal has seen the newest comment")
+
+	_, err = l.DraftCandidates(ctx, 0)
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
+}
+
+func TestEnrichment_RoundTrip(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	_, found, err := l.GetEnrichment(ctx, 7)
+	require.NoError(t, err)
+	assert.False(t, found)
+	require.NoError(t, l.PutEnrichment(ctx, 7, ledger.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
+	e, found, err := l.GetEnrichment(ctx, 7)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, int64(3_000_000_000), e.LifetimeOrders, "bigint, not int4")
+	assert.Equal(t, []string{"s-1", "s-2"}, e.ActiveSubscriptions)
+}
