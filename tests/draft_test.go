@@ -353,3 +353,52 @@ func TestScan_ScheduleIsCreatedOnceAndUpdated(t *testing.T) {
 	assert.Equal(t, s.taskQueue, action.TaskQueue)
 	require.Error(t, s.starter.EnsureScanSchedule(ctx, 0), "a zero interval is refused")
 }
+
+// An evaluation run on the dev server: its progress is queryable while it
+// runs and its per-ticket results and summary are stored.
+func TestEvaluation_DraftsScoresAndStoresASummary(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	var tickets []int64
+	for range 4 {
+		id := s.seedTicket("Where is my order?")
+		s.zd.AddComment(id, standin.SeedComment{Body: "Hi Ada, it ships tomorrow.", Agent: true})
+		tickets = append(tickets, id)
+	}
+	s.model.Inject(standin.ModelFault{Delay: 500 * time.Millisecond, Times: -1})
+	ctx := ctxT(t)
+	runID := "eval-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, err := s.starter.StartEvaluation(ctx, supportflow.EvaluationRequest{RunID: runID, Set: "golden", TicketIDs: tickets, Concurrency: 2})
+	require.NoError(t, err)
+
+	var seenPartial bool
+	require.Eventually(t, func() bool {
+		st, err := s.starter.EvaluationStatus(ctx, runID)
+		if err != nil {
+			return false
+		}
+		if st.Done > 0 && st.Done < st.Total {
+			seenPartial = true
+		}
+		return st.Finished
+	}, waitBudget, 50*time.Millisecond)
+	assert.True(t, seenPartial, "progress was visible while the run went on")
+
+	st, err := s.starter.EvaluationStatus(ctx, runID)
+	require.NoError(t, err)
+	assert.Equal(t, 4, st.Done)
+	assert.Zero(t, st.Failed)
+	assert.Greater(t, st.MeanScore, 0.0)
+	summary, err := s.ledger.GetEvalSummary(ctx, runID)
+	require.NoError(t, err)
+	assert.InDelta(t, st.MeanScore, summary.MeanScore, 1e-9)
+	results, err := s.ledger.EvalResults(ctx, runID)
+	require.NoError(t, err)
+	assert.Len(t, results, 4)
+	assert.Equal(t, 4, s.model.Requests())
+	assert.Zero(t, s.zd.TotalComments(), "an evaluation never posts")
+
+	_, err = s.starter.StartEvaluation(ctx, supportflow.EvaluationRequest{RunID: "bad id", Set: "golden", TicketIDs: tickets})
+	require.ErrorIs(t, err, supportflow.ErrInvalidInput)
+}
