@@ -28,11 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +38,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/supportflow/supportflow/internal/httpretry"
 )
 
 // ErrConfig is wrapped by every error New returns, so a caller can tell a
@@ -304,7 +304,7 @@ func (c *Client) newError(status int, code, message string, h http.Header) *Erro
 		StatusCode: status,
 		Code:       c.redact(code),
 		Message:    c.redact(message),
-		RetryAfter: retryAfter(h, time.Now()),
+		RetryAfter: httpretry.RetryAfter(h, time.Now()),
 	}
 }
 
@@ -355,14 +355,7 @@ func (e *Error) Error() string {
 // a malformed request (400, 422), bad credentials (401), no access (403) or
 // an unknown model or endpoint (404). Everything else (408, 409, 429, 5xx,
 // unusual statuses) may pass on a later attempt.
-func (e *Error) Permanent() bool {
-	switch e.StatusCode {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
-		http.StatusNotFound, http.StatusUnprocessableEntity:
-		return true
-	}
-	return false
-}
+func (e *Error) Permanent() bool { return httpretry.PermanentStatus(e.StatusCode) }
 
 // MayHaveLanded is always false: a completion changes nothing anywhere, so
 // retrying it can never apply anything twice.
@@ -371,47 +364,3 @@ func (e *Error) MayHaveLanded() bool { return false }
 // RetryAfterDelay returns how long the server asked the caller to wait (0
 // when it did not say), for the retry policy to honour.
 func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
-
-// maxRetryAfter caps a server's requested wait, so that a bogus header
-// cannot park a workflow for years.
-const maxRetryAfter = 24 * time.Hour
-
-// retryAfter reads the wait a response asks for: OpenAI's retry-after-ms
-// (milliseconds, more precise) if present and valid, else Retry-After as
-// delay-seconds or an HTTP-date relative to now. Missing, invalid or past
-// values give 0.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	if h == nil {
-		return 0
-	}
-	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && !math.IsInf(ms, 0) {
-			return capDuration(ms * float64(time.Millisecond))
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs <= 0 || math.IsNaN(secs) {
-			return 0
-		}
-		return capDuration(secs * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return min(d, maxRetryAfter)
-		}
-	}
-	return 0
-}
-
-// capDuration converts nanoseconds to a Duration no longer than
-// maxRetryAfter, without overflowing.
-func capDuration(ns float64) time.Duration {
-	if ns >= float64(maxRetryAfter) {
-		return maxRetryAfter
-	}
-	return time.Duration(ns)
-}

@@ -64,56 +64,71 @@ func (f *Fault) matches(r *http.Request) bool {
 	}
 }
 
-// faultEntry is an injected fault with its remaining number of uses.
-type faultEntry struct {
-	fault     Fault
+// faultQueue is a concurrency-safe list of injected faults of one kind,
+// matched in injection order, each applying to its Times requests (0 means
+// 1, negative forever).
+type faultQueue[F any] struct {
+	mu      sync.Mutex
+	entries []*queuedFault[F]
+}
+
+type queuedFault[F any] struct {
+	fault     F
 	remaining int // negative: unlimited
 }
 
-// Faults is a concurrency-safe list of injected faults. The zero value is
-// ready to use. Faults are matched in injection order.
-type Faults struct {
-	mu      sync.Mutex
-	entries []*faultEntry
-}
-
-// Inject adds f after every fault injected before it.
-func (fs *Faults) Inject(f Fault) {
-	n := f.Times
-	if n == 0 {
-		n = 1
+func (q *faultQueue[F]) inject(f F, times int) {
+	if times == 0 {
+		times = 1
 	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.entries = append(fs.entries, &faultEntry{fault: f, remaining: n})
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.entries = append(q.entries, &queuedFault[F]{fault: f, remaining: times})
 }
 
-// Clear removes every injected fault.
-func (fs *Faults) Clear() {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.entries = nil
+func (q *faultQueue[F]) clear() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.entries = nil
 }
 
-// match returns a copy of the first fault that selects r and consumes one of
-// its uses, or nil when no fault applies.
-func (fs *Faults) match(r *http.Request) *Fault {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	for i, e := range fs.entries {
-		if !e.fault.matches(r) {
+// take returns a copy of the first fault that applies and consumes one of
+// its uses, or nil when none does.
+func (q *faultQueue[F]) take(applies func(*F) bool) *F {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, e := range q.entries {
+		if !applies(&e.fault) {
 			continue
 		}
 		f := e.fault
 		if e.remaining > 0 {
 			e.remaining--
 			if e.remaining == 0 {
-				fs.entries = append(fs.entries[:i:i], fs.entries[i+1:]...)
+				q.entries = append(q.entries[:i:i], q.entries[i+1:]...)
 			}
 		}
 		return &f
 	}
 	return nil
+}
+
+// Faults is a concurrency-safe list of injected faults. The zero value is
+// ready to use. Faults are matched in injection order.
+type Faults struct {
+	q faultQueue[Fault]
+}
+
+// Inject adds f after every fault injected before it.
+func (fs *Faults) Inject(f Fault) { fs.q.inject(f, f.Times) }
+
+// Clear removes every injected fault.
+func (fs *Faults) Clear() { fs.q.clear() }
+
+// match returns a copy of the first fault that selects r and consumes one of
+// its uses, or nil when no fault applies.
+func (fs *Faults) match(r *http.Request) *Fault {
+	return fs.q.take(func(f *Fault) bool { return f.matches(r) })
 }
 
 // errorBodyFunc renders a service-specific JSON error body for a status.

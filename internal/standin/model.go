@@ -67,52 +67,16 @@ type ModelFault struct {
 	Arrived chan<- struct{}
 }
 
-// modelFaultEntry is an injected model fault with its remaining uses.
-type modelFaultEntry struct {
-	fault     ModelFault
-	remaining int // negative: unlimited
-}
-
-// modelFaults is a concurrency-safe list of injected model faults, with the
-// same Times semantics as Faults.
+// modelFaults is the model's fault list, with the same Times semantics as
+// Faults; every request applies.
 type modelFaults struct {
-	mu      sync.Mutex
-	entries []*modelFaultEntry
+	q faultQueue[ModelFault]
 }
 
-func (fs *modelFaults) inject(f ModelFault) {
-	n := f.Times
-	if n == 0 {
-		n = 1
-	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.entries = append(fs.entries, &modelFaultEntry{fault: f, remaining: n})
-}
-
-func (fs *modelFaults) clear() {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.entries = nil
-}
-
-// next returns a copy of the first fault and consumes one of its uses, or
-// nil when no fault is injected.
+func (fs *modelFaults) inject(f ModelFault) { fs.q.inject(f, f.Times) }
+func (fs *modelFaults) clear()              { fs.q.clear() }
 func (fs *modelFaults) next() *ModelFault {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if len(fs.entries) == 0 {
-		return nil
-	}
-	e := fs.entries[0]
-	f := e.fault
-	if e.remaining > 0 {
-		e.remaining--
-		if e.remaining == 0 {
-			fs.entries = fs.entries[1:]
-		}
-	}
-	return &f
+	return fs.q.take(func(*ModelFault) bool { return true })
 }
 
 // ChatMessage is one message of a chat-completions request.

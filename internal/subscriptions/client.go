@@ -16,10 +16,11 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/supportflow/supportflow/internal/httpretry"
 )
 
 // maxResponseBody bounds how much of a response is read.
@@ -152,7 +153,7 @@ func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey stri
 	}
 	e.Message = c.redact(e.Message)
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		e.RetryAfter = httpretry.RetryAfter(resp.Header, time.Now())
 	}
 	return Cancellation{}, e
 }
@@ -235,12 +236,7 @@ func (e *Error) Permanent() bool {
 	if e.permanent {
 		return true
 	}
-	switch e.Status {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
-		http.StatusNotFound, http.StatusUnprocessableEntity:
-		return true
-	}
-	return false
+	return httpretry.PermanentStatus(e.Status)
 }
 
 // MayHaveLanded reports whether the service may have applied the request
@@ -261,29 +257,6 @@ func (e *Error) MayHaveLanded() bool {
 // RetryAfterDelay returns how long the server asked the caller to wait
 // (0 when it did not say).
 func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
-
-// parseRetryAfter reads a Retry-After value, either delay-seconds or an
-// HTTP-date (relative to now). Invalid or past values give 0.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		// Cap absurd values instead of overflowing time.Duration.
-		const maxSecs = int64(24 * time.Hour / time.Second)
-		return time.Duration(min(secs, maxSecs)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
 
 // parseTime reads an RFC 3339 timestamp, giving the zero time if absent or
 // malformed.

@@ -22,6 +22,7 @@ import (
 	"github.com/nukosuke/go-zendesk/zendesk"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/httpretry"
 )
 
 // Config says which Zendesk account to talk to and how to authenticate.
@@ -196,14 +197,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent reports whether the same request can never succeed: 400, 401,
 // 403, 404, 413 and 422. Retrying it only repeats the failure.
-func (e *Error) Permanent() bool {
-	switch e.Status {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden,
-		http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return true
-	}
-	return false
-}
+func (e *Error) Permanent() bool { return httpretry.PermanentStatus(e.Status) }
 
 // MayHaveLanded reports whether a write may have taken effect.
 func (e *Error) MayHaveLanded() bool { return e.MayLand }
@@ -215,7 +209,7 @@ func classify(ctx context.Context, op string, err error, write bool) error {
 	var zerr zendesk.Error
 	if errors.As(err, &zerr) {
 		e := &Error{Op: op, Status: zerr.Status(), Err: errors.New(truncate(zerr.Error(), 512))}
-		e.RetryAfter = parseRetryAfter(zerr.Headers().Get("Retry-After"), time.Now())
+		e.RetryAfter = httpretry.RetryAfter(zerr.Headers(), time.Now())
 		e.MayLand = write && zerr.Status() >= 500 && zerr.Status() != http.StatusServiceUnavailable
 		return e
 	}
@@ -224,19 +218,6 @@ func classify(ctx context.Context, op string, err error, write bool) error {
 		err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
 	}
 	return &Error{Op: op, MayLand: write, Err: err}
-}
-
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 func truncate(s string, n int) string {
