@@ -386,7 +386,8 @@ func varDefault(t *testing.T, name string) string {
 
 // TestComposeRegistersSearchAttributes checks the one-shot setup service
 // registers every search attribute the workflows set, with its type, and
-// that the worker starts only after it succeeded.
+// creates the scan schedule, and that the worker starts only after it
+// succeeded.
 func TestComposeRegistersSearchAttributes(t *testing.T) {
 	p := project(t)
 	setup := service(t, p, setupService)
@@ -397,6 +398,14 @@ func TestComposeRegistersSearchAttributes(t *testing.T) {
 		}
 		if !strings.Contains(script, "--type "+typ) {
 			t.Errorf("%s does not register type %s (for %s)", setupService, typ, name)
+		}
+	}
+	for _, want := range []string{
+		"--schedule-id " + supportflow.ScanScheduleID, "--type " + supportflow.ScanTicketsWorkflow,
+		"--interval 5m", "--overlap-policy Skip", "--task-queue " + supportflow.TaskQueue,
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("%s does not create the scan schedule with %s", setupService, want)
 		}
 	}
 	if d, ok := setup.DependsOn[temporalService]; !ok || d.Condition != "service_healthy" {
