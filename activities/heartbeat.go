@@ -2,10 +2,8 @@ package activities
 
 import (
 	"context"
-	"errors"
-	"time"
 
-	"go.temporal.io/sdk/activity"
+	"github.com/supportflow/supportflow/internal/heartbeat"
 )
 
 // Progress is what an activity's heartbeat details carry: which leg and
@@ -23,7 +21,7 @@ type progress = progressOf[Progress]
 
 // errAttemptOver is the cause given to the work's context when Temporal no
 // longer considers the attempt live (heartbeat timeout, cancellation).
-var errAttemptOver = errors.New("the attempt is no longer live in Temporal")
+var errAttemptOver = heartbeat.ErrAttemptOver
 
 // heartbeating runs work while a ticker of its own, separate from the work,
 // heartbeats to Temporal and extends the claim's ledger lease, so a claim
@@ -48,42 +46,9 @@ func (a *Activities) heartbeating(ctx context.Context, claimID int64, claimant s
 	}, work)
 }
 
-// beating runs work while a ticker separate from the work heartbeats
-// details() to Temporal every heartbeat interval, so an attempt beats while
-// its work is blocked (a model that has gone silent, a slow query) and
-// stops beating only when its process stops. After each heartbeat, onTick
-// (if any) runs; an error from it cancels the work. When Temporal has given
-// the attempt up (a timed-out or cancelled attempt's context ends after its
-// next heartbeat), the work is cancelled and waited for, so a stale attempt
-// stops rather than running on unseen.
+// beating runs work under heartbeat.Run at the configured interval.
 func (a *Activities) beating(ctx context.Context, details func() any, onTick func(context.Context) error, work func(context.Context) error) error {
-	workCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan error, 1)
-	go func() { done <- work(workCtx) }()
-
-	tick := time.NewTicker(a.Durations.HeartbeatInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-tick.C:
-			activity.RecordHeartbeat(ctx, details())
-			if ctx.Err() != nil {
-				cancel(errAttemptOver)
-				return errors.Join(errAttemptOver, <-done)
-			}
-			if onTick == nil {
-				continue
-			}
-			if err := onTick(ctx); err != nil {
-				cancel(err)
-				<-done
-				return err
-			}
-		}
-	}
+	return heartbeat.Run(ctx, a.Durations.HeartbeatInterval, details, onTick, work)
 }
 
 // extendBeforeCall re-checks the claim right before an external write and

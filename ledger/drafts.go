@@ -59,9 +59,10 @@ ON CONFLICT (account, proposal_id) DO NOTHING`,
 	return false, nil
 }
 
-// SetProposalState moves a proposal to a later state (executing, done,
-// rejected, superseded, expired, failed), recording who decided and any
-// error. A terminal state is never left: the call then reports false.
+// SetProposalState moves a proposal to a later state, recording who
+// decided and any error: awaiting_approval to executing, rejected,
+// superseded or expired; executing to done or failed. Any other move (a
+// terminal state is never left) changes nothing and reports false.
 func (l *Ledger) SetProposalState(ctx context.Context, proposalID, state, decidedBy, errMsg string) (bool, error) {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return false, err
@@ -72,11 +73,19 @@ func (l *Ledger) SetProposalState(ctx context.Context, proposalID, state, decide
 	default:
 		return false, fmt.Errorf("%w: proposal state %q", supportflow.ErrInvalidInput, state)
 	}
+	// The allowed moves: awaiting_approval -> executing | rejected |
+	// superseded | expired; executing -> executing (a retried write) |
+	// done | failed.
 	tag, err := l.db.Exec(ctx, `
 UPDATE proposal
 SET state = $3, decided_by = COALESCE(NULLIF($4, ''), decided_by), error = NULLIF($5, ''), updated_at = now()
 WHERE account = $1 AND proposal_id = $2
-  AND state IN ('awaiting_approval', 'executing') AND (state <> $3 OR $3 = 'executing')`,
+  AND CASE $3
+        WHEN 'executing' THEN state IN ('awaiting_approval', 'executing')
+        WHEN 'done' THEN state = 'executing'
+        WHEN 'failed' THEN state = 'executing'
+        ELSE state = 'awaiting_approval'
+      END`,
 		l.account, proposalID, state, decidedBy, errMsg)
 	if err != nil {
 		return false, fmt.Errorf("ledger: proposal %s -> %s: %w", proposalID, state, err)

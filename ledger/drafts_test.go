@@ -103,6 +103,31 @@ func TestSetProposalState_OnlyMovesForward(t *testing.T) {
 	assert.Equal(t, supportflow.DraftDone, got.State)
 	assert.Equal(t, "ada", got.DecidedBy, "the approver is kept")
 
+	// Moves that skip a step or go back are refused.
+	for _, tc := range []struct{ from, to string }{
+		{supportflow.DraftAwaitingApproval, supportflow.DraftDone},
+		{supportflow.DraftAwaitingApproval, supportflow.DraftFailed},
+		{supportflow.DraftExecuting, supportflow.DraftRejected},
+		{supportflow.DraftExecuting, supportflow.DraftSuperseded},
+		{supportflow.DraftExecuting, supportflow.DraftExpired},
+		{supportflow.DraftRejected, supportflow.DraftExecuting},
+	} {
+		id := "p-" + tc.from + "-" + tc.to
+		_, err := l.SaveProposal(ctx, proposal(id))
+		require.NoError(t, err)
+		if tc.from != supportflow.DraftAwaitingApproval {
+			ok, err := l.SetProposalState(ctx, id, tc.from, "", "")
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		ok, err := l.SetProposalState(ctx, id, tc.to, "", "")
+		require.NoError(t, err)
+		assert.False(t, ok, "%s -> %s", tc.from, tc.to)
+		got, err := l.GetProposal(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, tc.from, got.State)
+	}
+
 	_, err = l.SetProposalState(ctx, "p-1", "approved-ish", "", "")
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
 	_, err = l.SetProposalState(ctx, "no-such", supportflow.DraftDone, "", "")

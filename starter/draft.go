@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -94,17 +95,34 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 	if err != nil {
 		return st, nil // the state is still right; progress is best effort
 	}
-	for _, pa := range d.GetPendingActivities() {
-		var p supportflow.DraftProgress
-		if pa.GetHeartbeatDetails() == nil || len(pa.GetHeartbeatDetails().GetPayloads()) == 0 {
-			p = supportflow.DraftProgress{Step: "starting"}
-		} else if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p); err != nil {
+	st.Progress = progressOf(d.GetPendingActivities())
+	return st, nil
+}
+
+// progressOf reads the draft's progress from its running activity (the
+// one not being cancelled). Details left by an earlier attempt (the server
+// keeps them across retries) are not shown as the new attempt's.
+func progressOf(pending []*workflowpb.PendingActivityInfo) *supportflow.DraftProgress {
+	for _, pa := range pending {
+		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED {
 			continue
 		}
+		switch pa.GetActivityType().GetName() {
+		case "LoadTicket", "GenerateDraft":
+		default:
+			continue
+		}
+		p := supportflow.DraftProgress{Step: "starting"}
+		if pl := pa.GetHeartbeatDetails(); len(pl.GetPayloads()) > 0 {
+			var hb supportflow.DraftProgress
+			if converter.GetDefaultDataConverter().FromPayloads(pl, &hb) == nil && hb.Attempt == pa.GetAttempt() {
+				p = hb
+			}
+		}
 		p.Attempt = pa.GetAttempt()
-		st.Progress = &p
+		return &p
 	}
-	return st, nil
+	return nil
 }
 
 // ErrStaleProposal wraps the refusal of an approval or rejection of a
@@ -158,10 +176,14 @@ func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, 
 	case errors.As(err, &nf):
 		// The server answers NotFound both for a ticket never drafted and
 		// for a draft that has closed (an update needs a running workflow).
-		if _, derr := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), ""); derr == nil {
+		_, derr := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+		switch {
+		case derr == nil:
 			return fmt.Errorf("%w: the draft of ticket %d has closed", ErrStaleProposal, ticketID)
+		case errors.As(derr, &nf):
+			return fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
 		}
-		return fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
+		return fmt.Errorf("starter: %s on ticket %d: %w", name, ticketID, errors.Join(err, derr))
 	}
 	return fmt.Errorf("starter: %s on ticket %d: %w", name, ticketID, err)
 }

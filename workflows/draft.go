@@ -263,9 +263,14 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc}).Get(ctx, &p); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
+	// The save is not cancelled by new customer activity: a cancelled
+	// save could still land after the draft marked it superseded, leaving
+	// a proposal awaiting approval forever. It finishes, and produce marks
+	// it superseded.
 	dr.saving = proposalID
-	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
-	if err := workflow.ExecuteActivity(sctx, a.SaveProposal, p).Get(ctx, nil); err != nil {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	sctx := w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
+	if err := workflow.ExecuteActivity(sctx, a.SaveProposal, p).Get(dctx, nil); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	return p, nil
@@ -292,40 +297,49 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 	decided, err := workflow.AwaitWithTimeout(ctx, dr.d.ProposalExpiry, func() bool {
 		return dr.approval != nil || dr.reject != nil || dr.supersede.Len() > 0
 	})
-	if err != nil {
-		return dr.st, err
-	}
+	// Every outcome but approval sets the final state before its first
+	// blocking call, so the approve validator refuses from here on: an
+	// approval must never be accepted by a draft that is already ending.
 	switch {
+	case err != nil:
+		// The draft workflow itself was cancelled (an operator).
+		dr.st.Error = "the draft was cancelled while awaiting approval"
+		dr.setState(ctx, supportflow.DraftRejected)
+		dr.markProposal(ctx, p.ID, supportflow.DraftRejected, "", dr.st.Error)
+		return dr.st, err
 	case dr.approval != nil:
 		return dr.execute(ctx, p)
 	case dr.reject != nil:
-		dr.markProposal(ctx, p.ID, supportflow.DraftRejected, dr.reject.RejectedBy, dr.reject.Reason)
 		dr.st.Error = dr.reject.Reason
 		dr.setState(ctx, supportflow.DraftRejected)
+		dr.markProposal(ctx, p.ID, supportflow.DraftRejected, dr.reject.RejectedBy, dr.reject.Reason)
 		dr.settle(ctx)
 		return dr.st, nil
 	case decided:
+		dr.setState(ctx, supportflow.DraftSuperseded)
 		n := dr.drainSupersede(ctx)
 		workflow.GetLogger(ctx).Info("customer wrote again; superseding the proposal", "proposal_id", p.ID, "signals", n)
 		dr.markProposal(ctx, p.ID, supportflow.DraftSuperseded, "", "")
-		dr.setState(ctx, supportflow.DraftSuperseded)
 		dr.settle(ctx)
 		return dr.st, workflow.NewContinueAsNewError(ctx, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
 			TicketID: dr.req.TicketID, Reason: "supersede", Supersedes: p.ID, Generation: dr.req.Generation + 1,
 		})
 	default:
-		dr.markProposal(ctx, p.ID, supportflow.DraftExpired, "", "")
 		dr.st.Error = fmt.Sprintf("not approved within %s", dr.d.ProposalExpiry)
 		dr.setState(ctx, supportflow.DraftExpired)
+		dr.markProposal(ctx, p.ID, supportflow.DraftExpired, "", "")
 		dr.settle(ctx)
 		return dr.st, nil
 	}
 }
 
 // execute runs the approved proposal as a child ExecuteProposal and
-// follows it. The child is abandoned, not cancelled, if the draft is
-// closed: an approved reply goes out regardless.
+// follows it. The child runs on a disconnected context with parent-close
+// policy ABANDON: neither cancelling nor terminating the draft stops an
+// approved reply from going out, and a cancelled draft still follows its
+// execution to the end.
 func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (supportflow.DraftStatus, error) {
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	dr.setState(ctx, supportflow.DraftExecuting)
 	dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
 	workflow.Go(ctx, func(ctx workflow.Context) {

@@ -405,3 +405,75 @@ func TestDraftReply_UnknownTicketFailsWithoutRetrying(t *testing.T) {
 	assert.Equal(t, 1, w.h.Zendesk.Requests("GET", "/api/v2/tickets/987654"), "a 404 is not retried")
 	assert.Zero(t, w.h.Model.Requests())
 }
+
+// An approval that arrives while the draft is already ending (its expiry
+// or supersede is being recorded) is refused: it must never be accepted
+// and then dropped.
+func TestDraftReply_ApprovalWhileEndingIsRefused(t *testing.T) {
+	for _, end := range []string{supportflow.DraftExpired, supportflow.DraftSuperseded} {
+		t.Run(end, func(t *testing.T) {
+			w := newDraftWorld(t)
+			ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
+			var late *updateOutcome
+			w.env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(
+				func(ctx context.Context, in activities.ProposalStateInput) error {
+					if in.State == end && late == nil {
+						late = w.update(supportflow.ApproveUpdate, "late", supportflow.ApproveRequest{ProposalID: in.ProposalID})
+					}
+					return w.h.Activities.SetProposalState(ctx, in)
+				})
+			if end == supportflow.DraftSuperseded {
+				w.env.RegisterDelayedCallback(func() {
+					w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: w.env.Now()})
+				}, time.Hour)
+			}
+			w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
+			require.True(t, w.env.IsWorkflowCompleted())
+			require.NotNil(t, late, "the approval was sent while the draft was ending")
+			require.True(t, late.done)
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, late.rejected, &app, "the late approval was refused, not accepted and dropped")
+			assert.Equal(t, supportflow.ErrTypeStaleProposal, app.Type())
+			assert.Equal(t, 0, w.h.Zendesk.CommentCount(ticket))
+		})
+	}
+}
+
+// Cancelling the draft while its approved proposal executes does not stop
+// the execution: the reply and the cancellation both happen.
+func TestDraftReply_CancellingTheDraftDoesNotStopAnApprovedExecution(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
+	w.env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			w.env.CancelWorkflow()
+			return w.h.Activities.PostReply(ctx, in)
+		})
+	w.env.RegisterDelayedCallback(func() {
+		w.update(supportflow.ApproveUpdate, "a", supportflow.ApproveRequest{ProposalID: w.status().Proposal.ID})
+	}, time.Hour)
+	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
+	require.True(t, w.env.IsWorkflowCompleted())
+	assert.Equal(t, 1, w.h.Zendesk.CommentCount(ticket))
+	assert.Equal(t, 1, w.h.Subscriptions.Cancellations("sub-1"), "the cancellation leg still ran")
+	assert.Equal(t, supportflow.DraftDone, w.status().State)
+}
+
+// Cancelling the draft while it awaits approval ends it rejected, and the
+// proposal row says so (it does not wait for approval forever).
+func TestDraftReply_CancelWhileAwaitingApprovalSettlesTheProposal(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Hello?")
+	var id string
+	w.env.RegisterDelayedCallback(func() {
+		id = w.status().Proposal.ID
+		w.env.CancelWorkflow()
+	}, time.Hour)
+	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
+	require.True(t, w.env.IsWorkflowCompleted())
+	require.Error(t, w.env.GetWorkflowError())
+	assert.Equal(t, supportflow.DraftRejected, w.status().State)
+	p, err := w.h.Ledger.GetProposal(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.DraftRejected, p.State)
+}

@@ -2,13 +2,17 @@ package workflows_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/standin"
 )
@@ -66,6 +70,34 @@ func TestEvaluateDrafts_ScoresEachTicketAndStoresASummary(t *testing.T) {
 	assert.Equal(t, st.Failed, summary.Failed)
 	assert.InDelta(t, st.MeanScore, summary.MeanScore, 1e-9)
 	assert.Equal(t, 3, w.h.Model.Requests(), "the unanswered ticket never reached the model")
+}
+
+// At most Concurrency drafts are in flight at once.
+func TestEvaluateDrafts_BoundsConcurrency(t *testing.T) {
+	w := newDraftWorld(t)
+	var tickets []int64
+	for range 6 {
+		id := w.h.Zendesk.AddTicket(standin.Ticket{Subject: "s", Description: "Hello?"})
+		w.h.Zendesk.AddComment(id, standin.SeedComment{Body: "Hi!", Agent: true})
+		tickets = append(tickets, id)
+	}
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return supportflow.DraftProposal{ID: in.ProposalID, TicketID: in.Ticket.Conversation.TicketID, Reply: "Hi!"}, nil
+		})
+	w.env.ExecuteWorkflow(supportflow.EvaluateDraftsWorkflow, supportflow.EvaluationRequest{RunID: "r", Set: "s", TicketIDs: tickets, Concurrency: 2})
+	require.NoError(t, w.env.GetWorkflowError())
+	assert.Equal(t, 2, most, "two drafts in flight at most, and the bound was reached")
 }
 
 func TestEvaluateDrafts_BadRequestStartsNothing(t *testing.T) {

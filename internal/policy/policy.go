@@ -56,6 +56,16 @@ type Durations struct {
 	ProposalExpiry time.Duration
 	// ScanInterval is how often the schedule runs ScanTickets. Default 5 min.
 	ScanInterval time.Duration
+	// EnrichNewTicketDelay is how long after a new ticket its lookup waits
+	// (BigQuery's replication lag). Default 10 min.
+	EnrichNewTicketDelay time.Duration
+	// EnrichUpdateDelay is how long after activity on an existing ticket its
+	// lookup waits, so that a burst of updates makes one lookup. Default
+	// 2 min.
+	EnrichUpdateDelay time.Duration
+	// LookupAttemptTimeout is the start-to-close deadline of one BigQuery
+	// lookup attempt; the BigQuery client runs under it. Default 120 s.
+	LookupAttemptTimeout time.Duration
 }
 
 // Defaults returns the product's durations.
@@ -72,6 +82,9 @@ func Defaults() Durations {
 		ModelAttemptTimeout:     300 * time.Second,
 		ProposalExpiry:          72 * time.Hour,
 		ScanInterval:            5 * time.Minute,
+		EnrichNewTicketDelay:    10 * time.Minute,
+		EnrichUpdateDelay:       2 * time.Minute,
+		LookupAttemptTimeout:    120 * time.Second,
 	}
 }
 
@@ -90,6 +103,9 @@ func (d Durations) Fill() Durations {
 		ModelAttemptTimeout:     cmp.Or(d.ModelAttemptTimeout, def.ModelAttemptTimeout),
 		ProposalExpiry:          cmp.Or(d.ProposalExpiry, def.ProposalExpiry),
 		ScanInterval:            cmp.Or(d.ScanInterval, def.ScanInterval),
+		EnrichNewTicketDelay:    cmp.Or(d.EnrichNewTicketDelay, def.EnrichNewTicketDelay),
+		EnrichUpdateDelay:       cmp.Or(d.EnrichUpdateDelay, def.EnrichUpdateDelay),
+		LookupAttemptTimeout:    cmp.Or(d.LookupAttemptTimeout, def.LookupAttemptTimeout),
 	}
 }
 
@@ -110,6 +126,8 @@ func (d Durations) Validate() error {
 		"lease": d.Lease, "Zendesk call timeout": d.ZendeskCallTimeout,
 		"subscription call timeout": d.SubscriptionCallTimeout, "retry base": d.RetryBase, "retry cap": d.RetryCap,
 		"model attempt timeout": d.ModelAttemptTimeout, "proposal expiry": d.ProposalExpiry, "scan interval": d.ScanInterval,
+		"new-ticket enrichment delay": d.EnrichNewTicketDelay, "update enrichment delay": d.EnrichUpdateDelay,
+		"lookup attempt timeout": d.LookupAttemptTimeout,
 	} {
 		check(v > 0, "%s must be positive, got %s", name, v)
 	}
@@ -119,6 +137,7 @@ func (d Durations) Validate() error {
 	check(d.Lease > d.ZendeskCallTimeout && d.Lease > d.SubscriptionCallTimeout,
 		"lease %s must outlive one call (Zendesk %s, subscriptions %s)", d.Lease, d.ZendeskCallTimeout, d.SubscriptionCallTimeout)
 	check(d.HeartbeatTimeout < d.ModelAttemptTimeout, "heartbeat timeout %s must be shorter than the model attempt timeout %s", d.HeartbeatTimeout, d.ModelAttemptTimeout)
+	check(d.HeartbeatTimeout < d.LookupAttemptTimeout, "heartbeat timeout %s must be shorter than the lookup attempt timeout %s", d.HeartbeatTimeout, d.LookupAttemptTimeout)
 	check(d.RetryBase <= d.RetryCap, "retry base %s must not exceed the cap %s", d.RetryBase, d.RetryCap)
 	return errors.Join(errs...)
 }
@@ -140,6 +159,9 @@ var Env = []struct {
 	{"SUPPORTFLOW_RETRY_CAP", "largest retry delay", 300 * time.Second, func(d *Durations) *time.Duration { return &d.RetryCap }},
 	{"SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT", "deadline of one model attempt (streaming a draft)", 300 * time.Second, func(d *Durations) *time.Duration { return &d.ModelAttemptTimeout }},
 	{"SUPPORTFLOW_PROPOSAL_EXPIRY", "how long a proposal waits for approval before it expires", 72 * time.Hour, func(d *Durations) *time.Duration { return &d.ProposalExpiry }},
+	{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "wait after a new ticket before its BigQuery lookup (replication lag)", 10 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichNewTicketDelay }},
+	{"SUPPORTFLOW_ENRICH_UPDATE_DELAY", "wait after a ticket's latest update before its lookup", 2 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichUpdateDelay }},
+	{"SUPPORTFLOW_LOOKUP_ATTEMPT_TIMEOUT", "deadline of one BigQuery lookup attempt", 120 * time.Second, func(d *Durations) *time.Duration { return &d.LookupAttemptTimeout }},
 	{"SUPPORTFLOW_SCAN_INTERVAL", "how often the scheduled scan looks for tickets to draft", 5 * time.Minute, func(d *Durations) *time.Duration { return &d.ScanInterval }},
 }
 
@@ -176,6 +198,9 @@ const (
 	KindModel Kind = "model"
 	// KindZendeskRead is reading a ticket and its conversation.
 	KindZendeskRead Kind = "zendesk_read"
+	// KindBigQuery is a customer lookup: after 5 attempts the ticket is
+	// dead-lettered.
+	KindBigQuery Kind = "bigquery"
 	// KindLedger is bookkeeping that must eventually succeed (settling an
 	// action after its last attempt failed).
 	KindLedger Kind = "ledger"
@@ -187,6 +212,7 @@ var Budgets = map[Kind]int32{
 	KindSubscriptions: 10,
 	KindModel:         2,
 	KindZendeskRead:   5,
+	KindBigQuery:      5,
 	KindLedger:        0,
 }
 
