@@ -60,6 +60,7 @@ const (
 	zdToken    = "zd-secret-token"
 	subsToken  = "subs-secret-token"
 	modelKey   = "model-secret-key"
+	bqProject  = "acme-analytics"
 	lease      = 2 * time.Second
 	hbTimeout  = 2 * time.Second
 	waitBudget = 90 * time.Second
@@ -75,6 +76,8 @@ type stack struct {
 	zd        *standin.Zendesk
 	subs      *standin.Subscriptions
 	model     *standin.Model
+	bq        *standin.BigQuery
+	bqSrv     *standin.Server
 	zdSrv     *standin.Server
 	subsSrv   *standin.Server
 	modelSrv  *standin.Server
@@ -102,6 +105,10 @@ func newStack(t *testing.T) *stack {
 	s.zd = standin.NewZendesk(zdEmail, zdToken)
 	s.subs = standin.NewSubscriptions(subsToken)
 	s.model = standin.NewModel(modelKey)
+	s.bq = standin.NewBigQuery(bqProject)
+	s.bqSrv, err = standin.Listen(s.bq, "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { s.bqSrv.Close() })
 	s.modelSrv, err = standin.Listen(s.model, "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { s.modelSrv.Close() })
@@ -153,6 +160,10 @@ func (s *stack) startWorker() {
 		"MODEL_API_KEY="+modelKey,
 		"MODEL_NAME=standin-model",
 		"SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT=20s",
+		"BIGQUERY_ENDPOINT="+s.bqSrv.URL()+"/bigquery/v2/",
+		"BIGQUERY_PROJECT="+bqProject,
+		"BIGQUERY_DATASET=commerce",
+		"SUPPORTFLOW_LOOKUP_ATTEMPT_TIMEOUT=10s",
 		"SUPPORTFLOW_HEARTBEAT_INTERVAL=200ms",
 		"SUPPORTFLOW_HEARTBEAT_TIMEOUT="+hbTimeout.String(),
 		"SUPPORTFLOW_LEASE="+lease.String(),

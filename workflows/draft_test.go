@@ -24,6 +24,7 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/workflows"
 )
 
 // draftWorld is a time-skipping environment whose activities are the real
@@ -37,9 +38,14 @@ type draftWorld struct {
 }
 
 func newDraftWorld(t *testing.T) *draftWorld {
-	env := newEnv(t)
+	return newDraftWorldWith(t, &workflows.Workflows{})
+}
+
+func newDraftWorldWith(t *testing.T, wf *workflows.Workflows) *draftWorld {
+	env := newEnvWith(t, wf)
 	h := activitiestest.New(t, policy.Durations{})
 	env.RegisterActivity(h.Activities)
+	env.RegisterActivity(h.Enrichment)
 	return &draftWorld{t: t, env: env, h: h}
 }
 

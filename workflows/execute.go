@@ -22,6 +22,9 @@ import (
 // Register; the zero value uses the product's defaults.
 type Workflows struct {
 	Durations policy.Durations
+	// EnrichmentMode is supportflow.EnrichmentShadow (the default) or
+	// EnrichmentLive.
+	EnrichmentMode string
 }
 
 // Register registers every workflow under its stable name.
@@ -30,6 +33,7 @@ func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.DraftReply, workflow.RegisterOptions{Name: supportflow.DraftReplyWorkflow})
 	r.RegisterWorkflowWithOptions(w.ScanTickets, workflow.RegisterOptions{Name: supportflow.ScanTicketsWorkflow})
 	r.RegisterWorkflowWithOptions(w.EvaluateDrafts, workflow.RegisterOptions{Name: supportflow.EvaluateDraftsWorkflow})
+	r.RegisterWorkflowWithOptions(w.EnrichTicket, workflow.RegisterOptions{Name: supportflow.EnrichTicketWorkflow})
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }

@@ -35,10 +35,15 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // newEnv is a time-skipping environment with the product's default
 // durations and the one retry interceptor, as the worker has them.
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	return newEnvWith(t, &workflows.Workflows{})
+}
+
+// newEnvWith is newEnv with the workflows configured as given.
+func newEnvWith(t *testing.T, wf *workflows.Workflows) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(policy.Defaults())}})
-	(&workflows.Workflows{}).Register(env)
+	wf.Register(env)
 	t.Cleanup(func() { env.AssertExpectations(t) })
 	return env
 }

@@ -13,11 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/bqlookup"
+	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/workerapp"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
@@ -26,14 +30,25 @@ import (
 // Account is the ledger account the harness writes under.
 const Account = "acme"
 
+// The BigQuery project and dataset the enrichment activities query.
+const (
+	BigQueryProject = "acme-analytics"
+	BigQueryDataset = "commerce"
+)
+
 // Harness is a test's activities and the parts behind them.
 type Harness struct {
 	Activities    *activities.Activities
 	Zendesk       *standin.Zendesk
 	Subscriptions *standin.Subscriptions
 	Model         *standin.Model
-	Pool          *pgxpool.Pool
-	Ledger        *ledger.Ledger
+	BigQuery      *standin.BigQuery
+	// Enrichment are the enrichment activities on the same database and
+	// the BigQuery stand-in (project BigQueryProject, dataset
+	// BigQueryDataset).
+	Enrichment *enrichment.Activities
+	Pool       *pgxpool.Pool
+	Ledger     *ledger.Ledger
 }
 
 // New returns activities with durations d (zero fields: the product's
@@ -51,12 +66,14 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	const email, zdToken, subsToken, modelKey = "agent@acme.test", "zd-token", "subs-token", "model-key"
 	h := &Harness{
 		Zendesk: standin.NewZendesk(email, zdToken), Subscriptions: standin.NewSubscriptions(subsToken),
-		Model: standin.NewModel(modelKey), Pool: pool,
+		Model: standin.NewModel(modelKey), BigQuery: standin.NewBigQuery(BigQueryProject), Pool: pool,
 	}
 	zsrv, ssrv, msrv := httptest.NewServer(h.Zendesk), httptest.NewServer(h.Subscriptions), httptest.NewServer(h.Model)
+	bsrv := httptest.NewServer(h.BigQuery)
 	t.Cleanup(zsrv.Close)
 	t.Cleanup(ssrv.Close)
 	t.Cleanup(msrv.Close)
+	t.Cleanup(bsrv.Close)
 	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: email, APIToken: zdToken})
 	require.NoError(t, err)
 	sc, err := subscriptions.New(ssrv.URL, subsToken, nil)
@@ -65,5 +82,9 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	require.NoError(t, err)
 	h.Ledger = ledger.New(pool, Account)
 	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Model: mc, Ledger: h.Ledger, Durations: d.Fill()}
+	bq, err := bqlookup.New(context.Background(), bqlookup.Config{Endpoint: bsrv.URL + "/bigquery/v2/", ProjectID: BigQueryProject, Dataset: BigQueryDataset})
+	require.NoError(t, err)
+	t.Cleanup(func() { bq.Close() })
+	h.Enrichment = workerapp.EnrichmentActivities(config.Worker{Account: Account, Durations: d}, pool, bq, nil)
 	return h
 }

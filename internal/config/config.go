@@ -39,6 +39,11 @@ var Vars = []Var{
 	{Name: "MODEL_BASE_URL", Default: "https://api.openai.com/v1", Help: "OpenAI-compatible chat-completions base URL (OpenAI, vLLM, Ollama, llama.cpp)"},
 	{Name: "MODEL_API_KEY", Help: "model API key (optional for local servers)", Secret: true},
 	{Name: "MODEL_NAME", Default: "gpt-4o-mini", Help: "model that drafts replies"},
+	{Name: "BIGQUERY_PROJECT", Help: "Google Cloud project that runs (and is billed for) the customer lookups (required)"},
+	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
+	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
+	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
+	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
 	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
 	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
 	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
@@ -59,6 +64,11 @@ type Worker struct {
 	ModelBaseURL       string
 	ModelAPIKey        string
 	ModelName          string
+	BigQueryProject    string
+	BigQueryDataset    string
+	BigQueryLocation   string
+	BigQueryEndpoint   string
+	EnrichmentMode     string
 	Account            string
 	DrainTimeout       time.Duration
 	LogLevel           string
@@ -92,6 +102,11 @@ func LoadWorker() (Worker, error) {
 		ModelBaseURL:       get("MODEL_BASE_URL", "https://api.openai.com/v1"),
 		ModelAPIKey:        os.Getenv("MODEL_API_KEY"),
 		ModelName:          get("MODEL_NAME", "gpt-4o-mini"),
+		BigQueryProject:    get("BIGQUERY_PROJECT", ""),
+		BigQueryDataset:    get("BIGQUERY_DATASET", ""),
+		BigQueryLocation:   get("BIGQUERY_LOCATION", "US"),
+		BigQueryEndpoint:   get("BIGQUERY_ENDPOINT", ""),
+		EnrichmentMode:     get("SUPPORTFLOW_ENRICHMENT_MODE", supportflow.EnrichmentShadow),
 		Account:            get("SUPPORTFLOW_ACCOUNT", ""),
 		LogLevel:           get("SUPPORTFLOW_LOG_LEVEL", "info"),
 	}
@@ -106,6 +121,11 @@ func LoadWorker() (Worker, error) {
 	missing("ZENDESK_API_TOKEN", c.ZendeskAPIToken)
 	missing("SUBSCRIPTIONS_URL", c.SubscriptionsURL)
 	missing("SUBSCRIPTIONS_TOKEN", c.SubscriptionsToken)
+	missing("BIGQUERY_PROJECT", c.BigQueryProject)
+	missing("BIGQUERY_DATASET", c.BigQueryDataset)
+	if c.EnrichmentMode != supportflow.EnrichmentShadow && c.EnrichmentMode != supportflow.EnrichmentLive {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_ENRICHMENT_MODE must be shadow or live", ErrConfig))
+	}
 	if c.ZendeskURL == "" && c.ZendeskSubdomain == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_URL or ZENDESK_SUBDOMAIN is required", ErrConfig))
 	}

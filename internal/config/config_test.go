@@ -14,6 +14,7 @@ func setAll(t *testing.T) {
 	for k, v := range map[string]string{
 		"DATABASE_URL": "postgres://u:pw@db/sf", "ZENDESK_URL": "http://zd.test:8080", "ZENDESK_EMAIL": "a@b.test",
 		"ZENDESK_API_TOKEN": "zd-secret", "SUBSCRIPTIONS_URL": "http://subs.test", "SUBSCRIPTIONS_TOKEN": "subs-secret",
+		"BIGQUERY_PROJECT": "acme-analytics", "BIGQUERY_DATASET": "commerce",
 	} {
 		t.Setenv(k, v)
 	}
@@ -30,6 +31,16 @@ func TestLoadWorker_Defaults(t *testing.T) {
 	assert.Equal(t, "https://api.openai.com/v1", c.ModelBaseURL)
 	assert.Equal(t, "gpt-4o-mini", c.ModelName)
 	assert.Empty(t, c.ModelAPIKey, "a local model server needs no key")
+	assert.Equal(t, "US", c.BigQueryLocation)
+	assert.Equal(t, "shadow", c.EnrichmentMode, "enrichment writes only its own tables unless told otherwise")
+}
+
+func TestLoadWorker_RejectsAnUnknownEnrichmentMode(t *testing.T) {
+	setAll(t)
+	t.Setenv("SUPPORTFLOW_ENRICHMENT_MODE", "yolo")
+	_, err := LoadWorker()
+	require.ErrorIs(t, err, ErrConfig)
+	assert.ErrorContains(t, err, "SUPPORTFLOW_ENRICHMENT_MODE")
 }
 
 func TestLoadWorker_RejectsAModelURLThatIsNotHTTP(t *testing.T) {

@@ -35,6 +35,8 @@ var hostEnv = map[string]string{
 	"SUBSCRIPTIONS_URL":   "https://host-subscriptions.example.com",
 	"SUBSCRIPTIONS_TOKEN": "host-subscriptions-token",
 	"MODEL_API_KEY":       "host-model-key",
+	"BIGQUERY_PROJECT":    "host-analytics",
+	"BIGQUERY_DATASET":    "host_commerce",
 }
 
 // The services docker-compose.yml must define.

@@ -137,6 +137,7 @@ func (d Durations) Validate() error {
 	check(d.Lease > d.ZendeskCallTimeout && d.Lease > d.SubscriptionCallTimeout,
 		"lease %s must outlive one call (Zendesk %s, subscriptions %s)", d.Lease, d.ZendeskCallTimeout, d.SubscriptionCallTimeout)
 	check(d.HeartbeatTimeout < d.ModelAttemptTimeout, "heartbeat timeout %s must be shorter than the model attempt timeout %s", d.HeartbeatTimeout, d.ModelAttemptTimeout)
+	check(d.DeadlineMargin < d.LookupAttemptTimeout, "the deadline margin %s must be shorter than the lookup attempt timeout %s", d.DeadlineMargin, d.LookupAttemptTimeout)
 	check(d.HeartbeatTimeout < d.LookupAttemptTimeout, "heartbeat timeout %s must be shorter than the lookup attempt timeout %s", d.HeartbeatTimeout, d.LookupAttemptTimeout)
 	check(d.RetryBase <= d.RetryCap, "retry base %s must not exceed the cap %s", d.RetryBase, d.RetryCap)
 	return errors.Join(errs...)

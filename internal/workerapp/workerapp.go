@@ -17,7 +17,9 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
@@ -60,6 +62,15 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 		return err
 	}
 
+	bq, err := bqlookup.New(ctx, bqlookup.Config{
+		Endpoint: cfg.BigQueryEndpoint, ProjectID: cfg.BigQueryProject, Dataset: cfg.BigQueryDataset,
+		Location: cfg.BigQueryLocation,
+	})
+	if err != nil {
+		return err
+	}
+	defer bq.Close()
+
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.TemporalNamespace,
@@ -71,7 +82,8 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 	defer c.Close()
 
 	w := worker.New(c, cfg.TaskQueue, Options(cfg))
-	(&workflows.Workflows{Durations: cfg.Durations}).Register(w)
+	(&workflows.Workflows{Durations: cfg.Durations, EnrichmentMode: cfg.EnrichmentMode}).Register(w)
+	w.RegisterActivity(EnrichmentActivities(cfg, pool, bq, logger))
 	w.RegisterActivity(&activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
@@ -81,7 +93,8 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 		Logger:        logger,
 	})
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
-		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName)
+		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
+		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -90,6 +103,21 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 	w.Stop()
 	logger.Info("worker stopped")
 	return nil
+}
+
+// EnrichmentActivities builds the enrichment activities: their own store
+// on the account's tables, and BigQuery calls bounded a margin inside the
+// attempt's deadline so the attempt can record its outcome before Temporal
+// times it out.
+func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Lookuper, logger *slog.Logger) *enrichment.Activities {
+	d := cfg.Durations.Fill()
+	return &enrichment.Activities{
+		Store:             enrichment.NewStore(db, cfg.Account),
+		BigQuery:          bq,
+		HeartbeatInterval: d.HeartbeatInterval,
+		CallTimeout:       d.LookupAttemptTimeout - d.DeadlineMargin,
+		Logger:            logger,
+	}
 }
 
 // Options are the worker options every supportflow worker (and test

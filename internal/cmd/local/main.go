@@ -138,6 +138,19 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		say("model stand-in at %s", srv.URL())
 	}
 
+	bq := standin.NewBigQuery("local-analytics")
+	if os.Getenv("BIGQUERY_PROJECT") == "" {
+		srv, err := standin.Listen(bq, "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { srv.Close() })
+		os.Setenv("BIGQUERY_ENDPOINT", srv.URL()+"/bigquery/v2/")
+		os.Setenv("BIGQUERY_PROJECT", "local-analytics")
+		os.Setenv("BIGQUERY_DATASET", "commerce")
+		say("BigQuery stand-in at %s", srv.URL())
+	}
+
 	cfg, err := config.LoadWorker()
 	if err != nil {
 		return err

@@ -1,0 +1,208 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// en is the typed nil through which workflows name enrichment activities.
+var en *enrichment.Activities
+
+// lookupsPerRun bounds an enrichment run's history: after this many
+// lookups it continues as new, carrying its pending events.
+const lookupsPerRun = 25
+
+// EnrichTicket keeps one ticket's customer data fresh. Its ID is
+// EnrichWorkflowID(ticket); the starter feeds it ticket events by
+// signal-with-start, so every event of a ticket reaches the same run.
+//
+// A lookup runs no earlier than EnrichNewTicketDelay (10 min) after a new
+// ticket, or EnrichUpdateDelay (2 min) after activity on an existing one.
+// Events that arrive while it waits merge into that one lookup, the wait
+// recomputed from the newest event; events that arrive during a lookup
+// cause one more lookup after it. With nothing pending, the run ends
+// (enriched); the next event starts a new run. After lookupsPerRun lookups
+// it continues as new, so history stays bounded.
+//
+// LookupCustomer retries under the one policy (5 attempts). When the last
+// attempt fails, the ticket is dead-lettered (a row with its attempts, last
+// error and reason) and the run ends in state dead_letter; a redrive event
+// (starter.RedriveEnrichment) looks it up again at once.
+//
+// In live mode (EnrichmentMode, fixed per lookup through a side effect so
+// a configuration change never breaks replay) a found customer is also put
+// on the ticket as a private note, through PostReply and the action ledger
+// (key enrich-{runID}:0), so each lookup's note is posted once.
+func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichRequest) (supportflow.EnrichmentStatus, error) {
+	st := supportflow.EnrichmentStatus{TicketID: req.TicketID, State: supportflow.EnrichWaiting, Lookups: req.Lookups}
+	if err := workflow.SetQueryHandler(ctx, supportflow.EnrichmentQuery, func() (supportflow.EnrichmentStatus, error) {
+		return st, nil
+	}); err != nil {
+		return st, err
+	}
+	if req.TicketID <= 0 {
+		err := fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, req.TicketID)
+		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	}
+	d := w.durations()
+	setState := func(s string) {
+		st.State = s
+		_ = workflow.UpsertTypedSearchAttributes(ctx, stateKey.ValueSet(s), ticketKey.ValueSet(strconv.FormatInt(req.TicketID, 10)))
+	}
+	events := req.Pending
+	ch := workflow.GetSignalChannel(ctx, supportflow.TicketEventSignal)
+	receive := func(ev supportflow.TicketEvent) {
+		now := workflow.Now(ctx)
+		if ev.At.IsZero() || ev.At.After(now) {
+			ev.At = now
+		}
+		if ev.Validate() != nil || ev.TicketID != req.TicketID {
+			workflow.GetLogger(ctx).Warn("ignoring a malformed ticket event", "event", ev)
+			return
+		}
+		events = append(events, ev)
+	}
+	drain := func() {
+		var ev supportflow.TicketEvent
+		for ch.ReceiveAsync(&ev) {
+			receive(ev)
+			ev = supportflow.TicketEvent{}
+		}
+	}
+	runLookups := 0
+	for {
+		drain()
+		if len(events) == 0 {
+			if st.State != supportflow.EnrichDeadLetter {
+				setState(supportflow.EnrichEnriched)
+			}
+			return st, nil
+		}
+		if runLookups >= lookupsPerRun {
+			return st, workflow.NewContinueAsNewError(ctx, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{
+				TicketID: req.TicketID, Pending: events, Lookups: st.Lookups,
+			})
+		}
+		// Wait until the newest event's delay has passed, merging events
+		// that arrive meanwhile.
+		setState(supportflow.EnrichWaiting)
+		for {
+			due := dueAt(events, d)
+			st.NextLookupAt, st.Merged = due, len(events)
+			wait := due.Sub(workflow.Now(ctx))
+			if wait <= 0 {
+				break
+			}
+			tctx, cancel := workflow.WithCancel(ctx)
+			fired := false
+			sel := workflow.NewSelector(ctx)
+			sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) { fired = true })
+			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+				var ev supportflow.TicketEvent
+				c.Receive(ctx, &ev)
+				receive(ev)
+			})
+			sel.Select(ctx)
+			cancel()
+			if fired {
+				break
+			}
+		}
+		in := enrichment.LookupInput{TicketID: req.TicketID}
+		for _, ev := range events {
+			if ev.RequesterID != 0 {
+				in.RequesterID = ev.RequesterID
+			}
+			in.Redrive = in.Redrive || ev.Kind == supportflow.TicketRedrive
+		}
+		events = nil
+		setState(supportflow.EnrichLookingUp)
+		var out enrichment.LookupOutput
+		lctx := w.activityOptions(ctx, policy.KindBigQuery, d.LookupAttemptTimeout, true)
+		err := workflow.ExecuteActivity(lctx, en.LookupCustomer, in).Get(ctx, &out)
+		runLookups++
+		st.Lookups++
+		if err != nil {
+			st.Error = errorMessage(err)
+			attempts := int(policy.Budgets[policy.KindBigQuery])
+			reason := fmt.Sprintf("the lookup failed %d attempts", attempts)
+			var app *temporal.ApplicationError
+			if errors.As(err, &app) && app.NonRetryable() {
+				attempts, reason = 1, "the lookup cannot succeed as it stands ("+app.Type()+"); not retried"
+			}
+			dl := enrichment.DeadLetterInput{TicketID: req.TicketID, Attempts: attempts, LastError: st.Error, Reason: reason}
+			dctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+			if derr := workflow.ExecuteActivity(dctx, en.DeadLetterTicket, dl).Get(ctx, nil); derr != nil {
+				return st, derr
+			}
+			setState(supportflow.EnrichDeadLetter)
+			continue // events that arrived meanwhile still get their lookup
+		}
+		st.Error, st.Found = "", out.Found
+		if out.Found && w.mode(ctx) == supportflow.EnrichmentLive {
+			if err := w.noteEnrichment(ctx, d, req.TicketID, out); err != nil {
+				st.Error = "the lookup was recorded, but its note on the ticket failed: " + errorMessage(err)
+			}
+		}
+	}
+}
+
+// dueAt is when a lookup covering events may run: each event's time plus
+// its kind's delay, the latest of them.
+func dueAt(events []supportflow.TicketEvent, d policy.Durations) time.Time {
+	var due time.Time
+	for _, ev := range events {
+		t := ev.At
+		switch ev.Kind {
+		case supportflow.TicketCreated:
+			t = t.Add(d.EnrichNewTicketDelay)
+		case supportflow.TicketUpdated:
+			t = t.Add(d.EnrichUpdateDelay)
+		}
+		if t.After(due) {
+			due = t
+		}
+	}
+	return due
+}
+
+// mode reads the worker's enrichment mode once per lookup, recorded in
+// history so a replay sees the mode the lookup ran with.
+func (w *Workflows) mode(ctx workflow.Context) string {
+	var mode string
+	_ = workflow.SideEffect(ctx, func(workflow.Context) any {
+		if w.EnrichmentMode == supportflow.EnrichmentLive {
+			return supportflow.EnrichmentLive
+		}
+		return supportflow.EnrichmentShadow
+	}).Get(&mode)
+	return mode
+}
+
+// noteEnrichment puts the customer data on the ticket as a private note,
+// once per recorded lookup, through the action ledger.
+func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, ticketID int64, out enrichment.LookupOutput) error {
+	subs := "none"
+	if len(out.Customer.ActiveSubscriptions) > 0 {
+		subs = strings.Join(out.Customer.ActiveSubscriptions, ", ")
+	}
+	body := fmt.Sprintf("Customer %s: %d lifetime orders; active subscriptions: %s.", out.Customer.CustomerID, out.Customer.LifetimeOrders, subs)
+	in := activities.ActionInput{
+		Key:    supportflow.ActionKey("enrich-"+strconv.FormatInt(out.RunID, 10), 0),
+		Action: supportflow.Action{TicketID: ticketID, Comment: &supportflow.Comment{Body: body, Public: false}},
+	}
+	actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+	var r activities.PostReplyResult
+	return workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
+}

@@ -1,0 +1,219 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/workflows"
+)
+
+const requester = int64(9001)
+
+// lookups records when each LookupCustomer attempt started (test clock).
+type lookups struct {
+	mu    sync.Mutex
+	at    []time.Time
+	infos []activity.Info
+}
+
+func (w *draftWorld) recordLookups() *lookups {
+	l := &lookups{}
+	w.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == "LookupCustomer" {
+			l.mu.Lock()
+			l.at = append(l.at, w.env.Now())
+			l.infos = append(l.infos, *info)
+			l.mu.Unlock()
+		}
+	})
+	return l
+}
+
+func (w *draftWorld) seedCustomer(subs ...string) {
+	w.h.BigQuery.AddCustomer(requester, standin.BQCustomer{CustomerID: "cust-1", Email: "ada@example.test", Orders: 12, ActiveSubscriptions: subs})
+}
+
+func event(ticket int64, kind string, at time.Time) supportflow.TicketEvent {
+	return supportflow.TicketEvent{TicketID: ticket, Kind: kind, At: at, RequesterID: requester}
+}
+
+// A new ticket and three updates within its first minute make one lookup,
+// 10 minutes after the ticket was created (BigQuery's replication lag).
+func TestEnrichTicket_NewTicketBurstMakesOneLookupAt10Minutes(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer("sub-1")
+	l := w.recordLookups()
+	start := w.env.Now()
+	for _, after := range []time.Duration{20 * time.Second, 40 * time.Second, 60 * time.Second} {
+		w.env.RegisterDelayedCallback(func() {
+			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, w.env.Now()))
+		}, after)
+	}
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketCreated, start)}})
+	require.NoError(t, w.env.GetWorkflowError())
+	var st supportflow.EnrichmentStatus
+	require.NoError(t, w.env.GetWorkflowResult(&st))
+
+	require.Len(t, l.at, 1, "one lookup for the four events")
+	assert.InDelta(t, float64(10*time.Minute), float64(l.at[0].Sub(start)), float64(time.Second))
+	assert.Equal(t, supportflow.EnrichEnriched, st.State)
+	assert.True(t, st.Found)
+	e, found, err := w.h.Ledger.GetEnrichment(context.Background(), 7)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, int64(12), e.LifetimeOrders)
+	assert.Equal(t, []string{"sub-1"}, e.ActiveSubscriptions)
+}
+
+// Updates to an existing ticket make one lookup, 2 minutes after the last
+// of them: each event pushes the lookup back.
+func TestEnrichTicket_UpdatesMakeOneLookup2MinutesAfterTheLast(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	l := w.recordLookups()
+	start := w.env.Now()
+	for _, after := range []time.Duration{30 * time.Second, 90 * time.Second} {
+		w.env.RegisterDelayedCallback(func() {
+			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, w.env.Now()))
+		}, after)
+	}
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, start)}})
+	require.NoError(t, w.env.GetWorkflowError())
+	require.Len(t, l.at, 1)
+	assert.InDelta(t, float64(90*time.Second+2*time.Minute), float64(l.at[0].Sub(start)), float64(time.Second))
+}
+
+// An event that arrives during a lookup causes one more lookup after it.
+func TestEnrichTicket_EventDuringALookupCausesOneMore(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	l := w.recordLookups()
+	calls := 0
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+			calls++
+			if calls == 1 {
+				w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, time.Time{}))
+			}
+			return w.h.Enrichment.LookupCustomer(ctx, in)
+		})
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	require.Len(t, l.at, 2)
+	assert.InDelta(t, float64(2*time.Minute), float64(l.at[1].Sub(l.at[0])), float64(time.Second), "the second lookup waits for its own event's delay")
+	runs, err := w.h.Enrichment.Store.Runs(context.Background(), 7)
+	require.NoError(t, err)
+	assert.Len(t, runs, 2)
+}
+
+// Five failed attempts dead-letter the ticket with the reason and the last
+// error; the run ends in the visible dead_letter state, and every attempt
+// wrote one lookup-log row.
+func TestEnrichTicket_FiveFailedAttemptsDeadLetter(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	l := w.recordLookups()
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+			return enrichment.LookupOutput{}, errors.New("bigquery: backendError: the backend is unavailable")
+		})
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	var st supportflow.EnrichmentStatus
+	require.NoError(t, w.env.GetWorkflowResult(&st))
+
+	require.Len(t, l.at, 5, "the lookup's budget is 5 attempts")
+	assert.Equal(t, supportflow.EnrichDeadLetter, st.State)
+	assert.Contains(t, st.Error, "backendError")
+	dl, err := w.h.Enrichment.Store.GetDeadLetter(context.Background(), 7)
+	require.NoError(t, err)
+	assert.Equal(t, 5, dl.Attempts)
+	assert.Equal(t, "the lookup failed 5 attempts", dl.Reason)
+	assert.Contains(t, dl.LastError, "backendError")
+	assert.Nil(t, dl.ResolvedAt)
+}
+
+// A ticket whose requester nobody knows cannot be looked up: it is
+// dead-lettered at once, saying why.
+func TestEnrichTicket_UnknownRequesterIsDeadLetteredAtOnce(t *testing.T) {
+	w := newDraftWorld(t)
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{{TicketID: 7, Kind: supportflow.TicketUpdated, At: w.env.Now()}}})
+	require.NoError(t, w.env.GetWorkflowError())
+	dl, err := w.h.Enrichment.Store.GetDeadLetter(context.Background(), 7)
+	require.NoError(t, err)
+	assert.Equal(t, 1, dl.Attempts)
+	assert.Contains(t, dl.Reason, "not retried")
+	assert.Contains(t, dl.LastError, "no known requester")
+	assert.Zero(t, w.h.BigQuery.Queries())
+}
+
+// Heartbeats stop (the worker died while the job ran): after 60 s the
+// attempt times out and the next one looks the ticket up.
+func TestEnrichTicket_HeartbeatSilenceRetries(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	l := w.recordLookups()
+	calls := 0
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+			calls++
+			if calls == 1 {
+				return enrichment.LookupOutput{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+			}
+			return w.h.Enrichment.LookupCustomer(ctx, in)
+		})
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	require.Len(t, l.infos, 2)
+	assert.Equal(t, 60*time.Second, l.infos[0].HeartbeatTimeout)
+	assert.InDelta(t, float64(120*time.Second), float64(l.infos[0].Deadline.Sub(l.infos[0].StartedTime)), float64(time.Second), "start-to-close 120 s per attempt")
+	var st supportflow.EnrichmentStatus
+	require.NoError(t, w.env.GetWorkflowResult(&st))
+	assert.Equal(t, supportflow.EnrichEnriched, st.State)
+}
+
+// Live mode puts the customer data on the ticket as one private note per
+// lookup, through the action ledger; shadow mode (the default) never
+// touches Zendesk.
+func TestEnrichTicket_LiveModeNotesTheTicketOnceShadowModeNever(t *testing.T) {
+	for _, mode := range []string{supportflow.EnrichmentShadow, supportflow.EnrichmentLive} {
+		t.Run(mode, func(t *testing.T) {
+			w := newDraftWorldWith(t, &workflows.Workflows{EnrichmentMode: mode})
+			w.seedCustomer("sub-1")
+			ticket := w.h.Zendesk.AddTicket(standin.Ticket{Subject: "s", Description: "Hello"})
+			w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: ticket,
+				Pending: []supportflow.TicketEvent{event(ticket, supportflow.TicketUpdated, w.env.Now())}})
+			require.NoError(t, w.env.GetWorkflowError())
+			if mode == supportflow.EnrichmentShadow {
+				assert.Zero(t, w.h.Zendesk.TotalComments())
+				assert.Zero(t, w.h.Zendesk.Requests("PUT", "/"), "shadow mode never writes to Zendesk")
+				return
+			}
+			require.Equal(t, 1, w.h.Zendesk.CommentCount(ticket))
+			c := w.h.Zendesk.Comments(ticket)[0]
+			assert.False(t, c.Public, "a private note for agents")
+			assert.Contains(t, c.Body, "12 lifetime orders")
+			assert.Contains(t, c.Body, "sub-1")
+		})
+	}
+}
