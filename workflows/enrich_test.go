@@ -217,3 +217,38 @@ func TestEnrichTicket_LiveModeNotesTheTicketOnceShadowModeNever(t *testing.T) {
 		})
 	}
 }
+
+// Every attempt writes exactly one lookup-log row, failed or not: two
+// attempts against a BigQuery that answers 500 (the client retries those
+// internally until the call's deadline), then one that succeeds.
+func TestEnrichTicket_EachAttemptWritesOneLookupLogRow(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	w.h.Enrichment.CallTimeout = 300 * time.Millisecond
+	w.h.BigQuery.Inject(standin.BigQueryFault{Status: 500, Reason: "backendError", Times: -1})
+	l := w.recordLookups()
+	attempts := 0
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+			attempts++
+			if attempts == 3 {
+				w.h.BigQuery.ClearFaults()
+			}
+			return w.h.Enrichment.LookupCustomer(ctx, in)
+		})
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	require.Len(t, l.at, 3)
+
+	log, err := w.h.Enrichment.Store.LookupLog(context.Background(), 7)
+	require.NoError(t, err)
+	require.Len(t, log, 3, "one row per attempt")
+	for i, want := range []string{enrichment.OutcomeError, enrichment.OutcomeError, enrichment.OutcomeFound} {
+		assert.Equal(t, int32(i+1), log[i].Attempt)
+		assert.Equal(t, want, log[i].Outcome, "attempt %d", i+1)
+	}
+	assert.NotEmpty(t, log[0].Error)
+	assert.NotEmpty(t, log[2].JobID)
+	assert.GreaterOrEqual(t, w.h.BigQuery.Queries(), 3)
+}

@@ -55,6 +55,28 @@
 // models do wrong: error statuses, slowness, slow or silent streams, and
 // answers that are not JSON.
 //
+// # BigQuery
+//
+// BigQuery (NewBigQuery) serves the BigQuery REST v2 calls that
+// cloud.google.com/go/bigquery makes for Query.Read on its fast path, under
+// /bigquery/v2 (and without the prefix): jobs.query (POST
+// projects/{p}/queries), jobs.getQueryResults (GET projects/{p}/queries/{job},
+// with maxResults, startIndex and pageToken) and jobs.get (GET
+// projects/{p}/jobs/{job}). Point a client at server.URL + BigQueryBasePath
+// with option.WithoutAuthentication. It does not run SQL: every query is
+// answered as supportflow's customer lookup (package bqlookup), one row of
+// customer_id, email, lifetime_orders and active_subscriptions (REPEATED)
+// for the customer seeded for the INT64 parameter @requester_id, in
+// BigQuery's f/v row encoding with int64 values as strings. A query in
+// legacy SQL, without that parameter, or with the requester ID's digits in
+// its text is refused with 400 invalidQuery, so tests show that values are
+// never spliced into SQL. Retries with the same requestId get the same job.
+// Errors use BigQuery's shape {"error": {"code", "message", "errors":
+// [{"reason", "message", "domain"}], "status"}}; unknown paths and jobs
+// (or a job asked for in another location) answer 404 notFound.
+// BigQueryFault injects error statuses with reasons, slowness, and jobs
+// that finish late (PendingPolls) or never (StayRunning).
+//
 // # Running outside tests
 //
 // Each stand-in is an http.Handler: serve it with httptest in tests, or with
