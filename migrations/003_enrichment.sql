@@ -44,6 +44,9 @@ CREATE INDEX lookup_log_ticket ON lookup_log (account, ticket_id, started_at DES
 CREATE TABLE enrichment_dead_letter (
     account          text        NOT NULL,
     ticket_id        bigint      NOT NULL CHECK (ticket_id > 0),
+    -- The requester the lookup was for, so a re-drive can look it up
+    -- again without a new event naming it.
+    requester_id     bigint,
     attempts         integer     NOT NULL,
     last_error       text        NOT NULL,
     reason           text        NOT NULL,

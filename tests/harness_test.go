@@ -85,6 +85,9 @@ type stack struct {
 	starter   *starter.Starter
 	taskQueue string
 
+	// extraEnv is added to the worker's environment (later entries win).
+	extraEnv []string
+
 	mu      sync.Mutex
 	worker  *exec.Cmd
 	exited  chan struct{}
@@ -175,6 +178,7 @@ func (s *stack) startWorker() {
 		"SUPPORTFLOW_DRAIN_TIMEOUT=1s",
 		"SUPPORTFLOW_LOG_LEVEL=info",
 	)
+	cmd.Env = append(cmd.Env, s.extraEnv...)
 	w := &prefixWriter{mu: &s.mu, buf: s.logs, prefix: fmt.Sprintf("[worker %d] ", s.workers)}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

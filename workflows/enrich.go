@@ -141,7 +141,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			if errors.As(err, &app) && app.NonRetryable() {
 				attempts, reason = 1, "the lookup cannot succeed as it stands ("+app.Type()+"); not retried"
 			}
-			dl := enrichment.DeadLetterInput{TicketID: req.TicketID, Attempts: attempts, LastError: st.Error, Reason: reason}
+			dl := enrichment.DeadLetterInput{TicketID: req.TicketID, RequesterID: in.RequesterID, Attempts: attempts, LastError: st.Error, Reason: reason}
 			dctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
 			if derr := workflow.ExecuteActivity(dctx, en.DeadLetterTicket, dl).Get(ctx, nil); derr != nil {
 				return st, derr

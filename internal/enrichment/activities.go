@@ -172,15 +172,17 @@ func classify(err error) error {
 
 // DeadLetterInput dead-letters a ticket.
 type DeadLetterInput struct {
-	TicketID  int64  `json:"ticket_id"`
-	Attempts  int    `json:"attempts"`
-	LastError string `json:"last_error"`
-	Reason    string `json:"reason"`
+	TicketID int64 `json:"ticket_id"`
+	// RequesterID is kept for a re-drive; 0 when unknown.
+	RequesterID int64  `json:"requester_id,omitempty"`
+	Attempts    int    `json:"attempts"`
+	LastError   string `json:"last_error"`
+	Reason      string `json:"reason"`
 }
 
 // DeadLetterTicket writes (or replaces) the ticket's dead-letter row.
 func (a *Activities) DeadLetterTicket(ctx context.Context, in DeadLetterInput) error {
-	return a.Store.PutDeadLetter(ctx, in.TicketID, in.Attempts, clip(in.LastError, 4000), clip(in.Reason, 1000))
+	return a.Store.PutDeadLetter(ctx, in.TicketID, in.RequesterID, in.Attempts, clip(in.LastError, 4000), clip(in.Reason, 1000))
 }
 
 func (a *Activities) log() *slog.Logger {

@@ -184,14 +184,20 @@ type DeadLetter struct {
 
 // PutDeadLetter dead-letters a ticket: one row per ticket, replaced (and
 // re-opened) when it is dead-lettered again.
-func (s *Store) PutDeadLetter(ctx context.Context, ticketID int64, attempts int, lastErr, reason string) error {
+// requesterID 0 means unknown.
+func (s *Store) PutDeadLetter(ctx context.Context, ticketID, requesterID int64, attempts int, lastErr, reason string) error {
+	var requester *int64
+	if requesterID > 0 {
+		requester = &requesterID
+	}
 	_, err := s.db.Exec(ctx, `
-INSERT INTO enrichment_dead_letter (account, ticket_id, attempts, last_error, reason)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO enrichment_dead_letter (account, ticket_id, requester_id, attempts, last_error, reason)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (account, ticket_id) DO UPDATE
-SET attempts = excluded.attempts, last_error = excluded.last_error, reason = excluded.reason,
+SET requester_id = COALESCE(excluded.requester_id, enrichment_dead_letter.requester_id),
+    attempts = excluded.attempts, last_error = excluded.last_error, reason = excluded.reason,
     dead_lettered_at = now(), redriven_at = NULL, resolved_at = NULL`,
-		s.account, ticketID, attempts, lastErr, reason)
+		s.account, ticketID, requester, attempts, lastErr, reason)
 	if err != nil {
 		return fmt.Errorf("enrichment: dead-letter ticket %d: %w", ticketID, err)
 	}
@@ -223,11 +229,16 @@ FROM enrichment_dead_letter WHERE account = $1 AND ticket_id = $2`, s.account, t
 	return d, err
 }
 
-// RequesterOf reads a ticket's requester from the ticket mirror (read
-// only); found is false when the ticket is not mirrored or has none.
+// RequesterOf finds a ticket's requester: in the ticket mirror (read
+// only), else the newest lookup of the ticket, else its dead letter. found
+// is false when none of them knows.
 func (s *Store) RequesterOf(ctx context.Context, ticketID int64) (requesterID int64, found bool, err error) {
 	var id *int64
-	err = s.db.QueryRow(ctx, `SELECT requester_id FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`,
+	err = s.db.QueryRow(ctx, `
+SELECT COALESCE(
+  (SELECT requester_id FROM ticket_mirror WHERE account = $1 AND ticket_id = $2),
+  (SELECT requester_id FROM enrichment_run WHERE account = $1 AND ticket_id = $2 ORDER BY id DESC LIMIT 1),
+  (SELECT requester_id FROM enrichment_dead_letter WHERE account = $1 AND ticket_id = $2))`,
 		s.account, ticketID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && id == nil) {
 		return 0, false, nil
