@@ -50,7 +50,9 @@ var commands = []command{
 	{name: "redrive-enrichment", args: "TICKET", help: "look a ticket's customer up in BigQuery again, at once (a dead-lettered ticket's re-drive)", run: redrive},
 	{name: "enrichment-status", args: "TICKET", help: "print a ticket's enrichment state as JSON", run: enrichmentStatus},
 	{name: "parity", args: "--legacy-table NAME", help: "compare order coverage of a legacy enrichment table (ticket_id, order_count) with supportflow's",
-		run: parity, flags: func(fs *flag.FlagSet) { fs.String("legacy-table", "", "legacy table, table or schema.table (required)") }},
+		run: parity, flags: func(fs *flag.FlagSet) {
+			fs.String("legacy-table", "", "legacy table, table or schema.table (required)")
+		}},
 }
 
 func usage(w io.Writer) {
