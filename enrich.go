@@ -43,6 +43,9 @@ type TicketEvent struct {
 	// RequesterID is the ticket's requester, when the event knows it; the
 	// lookup otherwise reads it from the ticket mirror.
 	RequesterID int64 `json:"requester_id,omitempty"`
+	// CustomerActivity says the customer wrote (a new public comment by
+	// the requester): a running draft of the ticket is superseded.
+	CustomerActivity bool `json:"customer_activity,omitempty"`
 }
 
 // Validate checks an event before anything is started.

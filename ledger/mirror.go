@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -76,4 +77,32 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// GetTicketMirror reads a mirrored ticket; ErrNotFound when the ticket has
+// never been mirrored.
+func (l *Ledger) GetTicketMirror(ctx context.Context, ticketID int64) (TicketMirror, error) {
+	t := TicketMirror{TicketID: ticketID}
+	var requester *int64
+	var customer, agent *time.Time
+	err := l.db.QueryRow(ctx, `
+SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at
+FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(
+		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("%w: ticket %d is not mirrored", ErrNotFound, ticketID)
+	}
+	if err != nil {
+		return t, fmt.Errorf("ledger: mirror of ticket %d: %w", ticketID, err)
+	}
+	if requester != nil {
+		t.RequesterID = *requester
+	}
+	if customer != nil {
+		t.LastCustomerCommentAt = *customer
+	}
+	if agent != nil {
+		t.LastAgentCommentAt = *agent
+	}
+	return t, nil
 }

@@ -15,9 +15,10 @@ import (
 
 // RecordTicketEvent delivers a ticket event to the ticket's enrichment
 // (workflow enrich/{ticketID}) by signal-with-start: the running
-// enrichment merges it into its waiting lookup, or a new run starts. An
-// invalid event is refused with an error wrapping
-// supportflow.ErrInvalidInput before anything is sent.
+// enrichment merges it into its waiting lookup, or a new run starts. When
+// the event is customer activity, the ticket's running draft (if any) is
+// also told, and supersedes its proposal. An invalid event is refused with
+// an error wrapping supportflow.ErrInvalidInput before anything is sent.
 func (s *Starter) RecordTicketEvent(ctx context.Context, ev supportflow.TicketEvent) (runID string, err error) {
 	if err := ev.Validate(); err != nil {
 		return "", err
@@ -32,6 +33,11 @@ func (s *Starter) RecordTicketEvent(ctx context.Context, ev supportflow.TicketEv
 		}, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: ev.TicketID})
 	if err != nil {
 		return "", fmt.Errorf("starter: ticket event for %d: %w", ev.TicketID, err)
+	}
+	if ev.CustomerActivity {
+		if _, err := s.Supersede(ctx, ev.TicketID, supportflow.TicketActivity{At: ev.At, Source: "ticket-event"}); err != nil {
+			return run.GetRunID(), err
+		}
 	}
 	return run.GetRunID(), nil
 }

@@ -2,6 +2,7 @@
 // and enrichment workflows and their activities.
 //
 //	worker           run until SIGINT/SIGTERM (migrates the database first)
+//	worker api       serve the HTTP API and the Zendesk webhook until SIGINT/SIGTERM
 //	worker migrate   apply database migrations and exit
 //	worker --help    list every environment variable
 package main
@@ -26,8 +27,10 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: worker [migrate]\n\nRuns the supportflow worker; `worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
+	fmt.Fprintf(os.Stderr, "usage: worker [api|migrate]\n\nRuns the supportflow worker; `worker api` serves the HTTP API and the Zendesk webhook;\n`worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
 	config.PrintHelp(os.Stderr)
+	fmt.Fprintf(os.Stderr, "\nworker api also reads:\n")
+	config.PrintAPIHelp(os.Stderr)
 }
 
 func run(args []string) error {
@@ -48,6 +51,13 @@ func run(args []string) error {
 		}
 		fmt.Printf("database at schema version %d\n", v)
 		return nil
+	}
+	if len(args) > 0 && args[0] == "api" {
+		cfg, err := config.LoadAPI()
+		if err != nil {
+			return err
+		}
+		return workerapp.RunAPI(ctx, cfg, config.NewLogger(os.Stderr, cfg.LogLevel), nil)
 	}
 	if len(args) > 0 {
 		usage()

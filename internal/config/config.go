@@ -180,3 +180,97 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
+
+// APIVars lists the variables `worker api` reads besides the connection
+// settings it shares with the worker (DATABASE_URL, TEMPORAL_*,
+// SUPPORTFLOW_TASK_QUEUE, SUPPORTFLOW_ACCOUNT or ZENDESK_URL/SUBDOMAIN,
+// SUPPORTFLOW_LOG_LEVEL).
+var APIVars = []Var{
+	{Name: "SUPPORTFLOW_API_ADDR", Default: ":8080", Help: "address the HTTP API listens on"},
+	{Name: "SUPPORTFLOW_API_TOKENS", Help: "comma-separated bearer tokens the API accepts, each 16+ characters (needed by worker api)", Secret: true},
+	{Name: "ZENDESK_WEBHOOK_SECRET", Help: "Zendesk webhook signing secret (needed by worker api)", Secret: true},
+}
+
+// API is the HTTP API's configuration.
+type API struct {
+	DatabaseURL       string
+	TemporalAddress   string
+	TemporalNamespace string
+	TaskQueue         string
+	Account           string
+	Addr              string
+	Tokens            []string
+	WebhookSecret     string
+	LogLevel          string
+}
+
+// LoadAPI reads the API's configuration, reporting every problem by name
+// and never a secret's value.
+func LoadAPI() (API, error) {
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	c := API{
+		DatabaseURL:       get("DATABASE_URL", ""),
+		TemporalAddress:   get("TEMPORAL_ADDRESS", "localhost:7233"),
+		TemporalNamespace: get("TEMPORAL_NAMESPACE", "default"),
+		TaskQueue:         get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
+		Account:           accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
+		Addr:              get("SUPPORTFLOW_API_ADDR", ":8080"),
+		WebhookSecret:     os.Getenv("ZENDESK_WEBHOOK_SECRET"),
+		LogLevel:          get("SUPPORTFLOW_LOG_LEVEL", "info"),
+	}
+	for _, t := range strings.Split(os.Getenv("SUPPORTFLOW_API_TOKENS"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.Tokens = append(c.Tokens, t)
+		}
+	}
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, fmt.Errorf("%w: DATABASE_URL is required", ErrConfig))
+	}
+	if c.Account == "" {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_ACCOUNT (or ZENDESK_SUBDOMAIN/ZENDESK_URL) is required to name the ledger's account", ErrConfig))
+	}
+	if len(c.Tokens) == 0 {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_API_TOKENS is required", ErrConfig))
+	}
+	for _, t := range c.Tokens {
+		if len(t) < 16 {
+			errs = append(errs, fmt.Errorf("%w: every SUPPORTFLOW_API_TOKENS token must be at least 16 characters", ErrConfig))
+			break
+		}
+	}
+	if c.WebhookSecret == "" {
+		errs = append(errs, fmt.Errorf("%w: ZENDESK_WEBHOOK_SECRET is required", ErrConfig))
+	}
+	return c, errors.Join(errs...)
+}
+
+// accountFrom is the ledger account: explicit, else the Zendesk subdomain,
+// else the Zendesk URL's host (as the worker derives it).
+func accountFrom(account, subdomain, zendeskURL string) string {
+	if account != "" {
+		return account
+	}
+	if subdomain != "" {
+		return subdomain
+	}
+	if u, err := url.Parse(zendeskURL); err == nil && zendeskURL != "" {
+		return u.Host
+	}
+	return ""
+}
+
+// PrintAPIHelp writes the API's own variables.
+func PrintAPIHelp(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	for _, v := range APIVars {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, or(v.Default, "-"), v.Help)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,248 @@
+// Package api is supportflow's HTTP API for apps not written in Go, and
+// the Zendesk webhook. It is a thin layer over the starter package and the
+// ledger: every request is authenticated (a bearer token, or the webhook's
+// signature), bodies are capped and decoded strictly, and every error is an
+// RFC 9457 problem+json document that says what was wrong. A request that
+// is refused starts and writes nothing.
+//
+//	POST /tickets/{id}/drafts           start (or join) the ticket's draft: 202 + status URL
+//	GET  /tickets/{id}/draft            the draft's state, progress, proposal, error
+//	GET  /tickets/{id}/draft/events     Server-Sent Events of state and progress, until it settles
+//	POST /proposals/{id}/approve        approve the current proposal
+//	POST /proposals/{id}/reject         reject it
+//	GET  /actions/{key}                 an action's ledger row
+//	POST /webhooks/zendesk              Zendesk's ticket events (signed)
+//	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/starter"
+)
+
+// Config holds the API's secrets and limits.
+type Config struct {
+	// Tokens are the accepted bearer tokens (at least one).
+	Tokens []string
+	// WebhookSecret is Zendesk's webhook signing secret (required).
+	WebhookSecret string
+	// MaxSkew bounds how far a webhook's timestamp may be from now; 0
+	// means 5 minutes.
+	MaxSkew time.Duration
+	// MaxBody caps a request body; 0 means 64 KiB.
+	MaxBody int64
+	// PollInterval is how often the SSE stream reads the draft; 0 means
+	// 250 ms.
+	PollInterval time.Duration
+	// KeepAlive is how often an idle SSE stream sends a comment; 0 means
+	// 15 s.
+	KeepAlive time.Duration
+}
+
+// Server serves the API. Build it with New.
+type Server struct {
+	cfg      Config
+	tokens   [][32]byte
+	starter  *starter.Starter
+	ledger   *ledger.Ledger
+	pool     *pgxpool.Pool
+	temporal client.Client
+	log      *slog.Logger
+	now      func() time.Time
+	mux      *http.ServeMux
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("api: configuration")
+
+// New builds the server. It refuses a configuration without tokens or a
+// webhook secret rather than serving unauthenticated.
+func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) (*Server, error) {
+	if len(cfg.Tokens) == 0 {
+		return nil, fmt.Errorf("%w: at least one API token is required", ErrConfig)
+	}
+	if cfg.WebhookSecret == "" {
+		return nil, fmt.Errorf("%w: the Zendesk webhook signing secret is required", ErrConfig)
+	}
+	if cfg.MaxSkew == 0 {
+		cfg.MaxSkew = 5 * time.Minute
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = 64 << 10
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 250 * time.Millisecond
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux()}
+	for _, t := range cfg.Tokens {
+		if len(t) < 16 {
+			return nil, fmt.Errorf("%w: API tokens must be at least 16 characters", ErrConfig)
+		}
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	s.mux.HandleFunc("POST /tickets/{id}/drafts", s.authed(s.startDraft))
+	s.mux.HandleFunc("GET /tickets/{id}/draft", s.authed(s.getDraft))
+	s.mux.HandleFunc("GET /tickets/{id}/draft/events", s.authed(s.draftEvents))
+	s.mux.HandleFunc("POST /proposals/{id}/approve", s.authed(s.approve))
+	s.mux.HandleFunc("POST /proposals/{id}/reject", s.authed(s.reject))
+	s.mux.HandleFunc("GET /actions/{key}", s.authed(s.getAction))
+	s.mux.HandleFunc("POST /webhooks/zendesk", s.webhook)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "not-found", "Not found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return s, nil
+}
+
+// ServeHTTP serves a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// authed requires a valid bearer token.
+func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow"`)
+			problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "an Authorization: Bearer token is required")
+			return
+		}
+		sum := sha256.Sum256([]byte(token))
+		match := 0
+		for _, t := range s.tokens {
+			match |= subtle.ConstantTimeCompare(sum[:], t[:])
+		}
+		if match != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow", error="invalid_token"`)
+			problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "the bearer token is not valid")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Problem is an RFC 9457 problem details document.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func problem(w http.ResponseWriter, status int, slug, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Problem{Type: "/problems/" + slug, Title: title, Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+var ticketPattern = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
+
+// ticketID reads the {id} path value: a positive decimal, nothing else.
+func ticketID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	raw := r.PathValue("id")
+	if !ticketPattern.MatchString(raw) {
+		problem(w, http.StatusBadRequest, "invalid-ticket-id", "Invalid ticket id", fmt.Sprintf("ticket id %q must be a positive decimal integer", clip(raw, 40)))
+		return 0, false
+	}
+	id, _ := strconv.ParseInt(raw, 10, 64)
+	return id, true
+}
+
+// decode reads a JSON body strictly: capped, one object, no unknown
+// fields. An empty body leaves v as it is when emptyOK.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large", fmt.Sprintf("the body must be at most %d bytes", s.cfg.MaxBody))
+			return false
+		}
+		problem(w, http.StatusBadRequest, "unreadable-body", "Unreadable request body", err.Error())
+		return false
+	}
+	return s.decodeBytes(w, body, v, emptyOK)
+}
+
+func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK bool) bool {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if emptyOK {
+			return true
+		}
+		problem(w, http.StatusBadRequest, "malformed-json", "Malformed JSON", "a JSON object body is required")
+		return false
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		slug, title := "malformed-json", "Malformed JSON"
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			slug, title = "unknown-field", "Unknown field"
+		}
+		problem(w, http.StatusBadRequest, slug, title, err.Error())
+		return false
+	}
+	if dec.More() {
+		problem(w, http.StatusBadRequest, "malformed-json", "Malformed JSON", "the body has data after its JSON object")
+		return false
+	}
+	return true
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// internal answers an unexpected error without leaking its details.
+func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	problem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable", "a dependency failed; retry later")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		problem(w, http.StatusServiceUnavailable, "not-ready", "Not ready", "PostgreSQL is not reachable")
+		return
+	}
+	if _, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		problem(w, http.StatusServiceUnavailable, "not-ready", "Not ready", "Temporal is not reachable")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,284 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/starter"
+)
+
+// DraftStarted answers POST /tickets/{id}/drafts.
+type DraftStarted struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	// Joined is true when a draft was already running and this request
+	// joined it.
+	Joined    bool   `json:"joined"`
+	StatusURL string `json:"status_url"`
+	EventsURL string `json:"events_url"`
+}
+
+type startDraftBody struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// startDraft starts or joins the ticket's draft. The ticket must be
+// mirrored (Zendesk's webhook told us about it): an unknown ticket is 404
+// and starts nothing.
+func (s *Server) startDraft(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketID(w, r)
+	if !ok {
+		return
+	}
+	var body startDraftBody
+	if !s.decode(w, r, &body, true) {
+		return
+	}
+	if len(body.Reason) > 64 {
+		problem(w, http.StatusBadRequest, "invalid-reason", "Invalid reason", "reason must be at most 64 characters")
+		return
+	}
+	if _, err := s.ledger.GetTicketMirror(r.Context(), id); err != nil {
+		if errors.Is(err, ledger.ErrNotFound) {
+			problem(w, http.StatusNotFound, "unknown-ticket", "Unknown ticket", fmt.Sprintf("ticket %d is not known to supportflow (Zendesk's webhook has not reported it)", id))
+			return
+		}
+		s.internal(w, r, err)
+		return
+	}
+	d, err := s.starter.StartDraft(r.Context(), id, cmpOr(body.Reason, "api"))
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	status := fmt.Sprintf("/tickets/%d/draft", id)
+	w.Header().Set("Location", status)
+	writeJSON(w, http.StatusAccepted, DraftStarted{WorkflowID: d.WorkflowID, RunID: d.RunID, Joined: d.Joined, StatusURL: status, EventsURL: status + "/events"})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (s *Server) getDraft(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketID(w, r)
+	if !ok {
+		return
+	}
+	st, err := s.starter.DraftStatus(r.Context(), id)
+	if err != nil {
+		s.draftError(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) draftError(w http.ResponseWriter, r *http.Request, id int64, err error) {
+	if errors.Is(err, starter.ErrNoDraft) {
+		problem(w, http.StatusNotFound, "no-draft", "No draft", fmt.Sprintf("ticket %d has no draft", id))
+		return
+	}
+	s.internal(w, r, err)
+}
+
+// draftEvents streams the draft's state and progress as Server-Sent
+// Events ("event: draft", data the DraftStatus JSON) whenever they change,
+// and ends after the draft settles (a terminal state), so a browser never
+// has to guess with a timeout.
+func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
+	id, ok := ticketID(w, r)
+	if !ok {
+		return
+	}
+	st, err := s.starter.DraftStatus(r.Context(), id)
+	if err != nil {
+		s.draftError(w, r, id, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.internal(w, r, errors.New("streaming unsupported by the response writer"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	last := ""
+	lastWrite := time.Now()
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		if key := eventKey(st); key != last {
+			if err := writeEvent(w, "draft", st); err != nil {
+				return
+			}
+			flusher.Flush()
+			last, lastWrite = key, time.Now()
+		}
+		if supportflow.DraftTerminal(st.State) {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-poll.C:
+		}
+		if time.Since(lastWrite) >= s.cfg.KeepAlive {
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+			lastWrite = time.Now()
+		}
+		next, err := s.starter.DraftStatus(r.Context(), id)
+		if err != nil {
+			continue // a transient read error: try again on the next tick
+		}
+		st = next
+	}
+}
+
+// eventKey is what makes a status worth sending again.
+func eventKey(st supportflow.DraftStatus) string {
+	tokens, step := 0, ""
+	if st.Progress != nil {
+		tokens, step = st.Progress.Tokens, st.Progress.Step
+	}
+	proposal := ""
+	if st.Proposal != nil {
+		proposal = st.Proposal.ID
+	}
+	return fmt.Sprintf("%s|%s|%s|%d|%s|%d", st.State, proposal, st.Error, tokens, step, st.Generation)
+}
+
+func writeEvent(w http.ResponseWriter, name string, v any) error {
+	b, err := jsonMarshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b)
+	return err
+}
+
+type approveBody struct {
+	ApprovedBy string `json:"approved_by,omitempty"`
+}
+
+type rejectBody struct {
+	RejectedBy string `json:"rejected_by,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// proposal reads the {id} proposal, answering 400 for a malformed ID and
+// 404 for an unknown one.
+func (s *Server) proposal(w http.ResponseWriter, r *http.Request) (ledger.Proposal, bool) {
+	id := r.PathValue("id")
+	if err := supportflow.ValidateProposalID(id); err != nil {
+		problem(w, http.StatusBadRequest, "invalid-proposal-id", "Invalid proposal id", err.Error())
+		return ledger.Proposal{}, false
+	}
+	p, err := s.ledger.GetProposal(r.Context(), id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		problem(w, http.StatusNotFound, "unknown-proposal", "Unknown proposal", fmt.Sprintf("proposal %s does not exist", id))
+		return p, false
+	}
+	if err != nil {
+		s.internal(w, r, err)
+		return p, false
+	}
+	return p, true
+}
+
+// decisionError maps a refused approval or rejection: the proposal is not
+// the ticket's current one awaiting approval (stale, expired, superseded,
+// already decided), 409 with the reason.
+func (s *Server) decisionError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, starter.ErrStaleProposal) || errors.Is(err, starter.ErrNoDraft) {
+		problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval", err.Error())
+		return
+	}
+	s.internal(w, r, err)
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
+	var body approveBody
+	if !s.decode(w, r, &body, true) {
+		return
+	}
+	p, ok := s.proposal(w, r)
+	if !ok {
+		return
+	}
+	res, err := s.starter.Approve(r.Context(), p.TicketID, supportflow.ApproveRequest{ProposalID: p.ID, ApprovedBy: clip(body.ApprovedBy, 200)})
+	if err != nil {
+		s.decisionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
+	var body rejectBody
+	if !s.decode(w, r, &body, true) {
+		return
+	}
+	p, ok := s.proposal(w, r)
+	if !ok {
+		return
+	}
+	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: clip(body.RejectedBy, 200), Reason: clip(body.Reason, 2000)})
+	if err != nil {
+		s.decisionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"proposal_id": p.ID, "state": supportflow.DraftRejected})
+}
+
+// ActionView is GET /actions/{key}.
+type ActionView struct {
+	Key           string             `json:"key"`
+	TicketID      int64              `json:"ticket_id"`
+	State         string             `json:"state"`
+	Error         string             `json:"error,omitempty"`
+	Attempts      int                `json:"attempts"`
+	CommentID     int64              `json:"comment_id,omitempty"`
+	Cancellations []CancellationView `json:"cancellations"`
+	UpdatedAt     time.Time          `json:"updated_at"`
+}
+
+// CancellationView is one subscription of an action.
+type CancellationView struct {
+	SubscriptionID string `json:"subscription_id"`
+	State          string `json:"state"`
+	Error          string `json:"error,omitempty"`
+}
+
+func (s *Server) getAction(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	a, err := s.ledger.Get(r.Context(), key)
+	switch {
+	case errors.Is(err, supportflow.ErrInvalidInput):
+		problem(w, http.StatusBadRequest, "invalid-action-key", "Invalid action key", err.Error())
+		return
+	case errors.Is(err, ledger.ErrNotFound):
+		problem(w, http.StatusNotFound, "unknown-action", "Unknown action", fmt.Sprintf("action %s does not exist", key))
+		return
+	case err != nil:
+		s.internal(w, r, err)
+		return
+	}
+	v := ActionView{Key: a.Key, TicketID: a.TicketID, State: a.State, Error: a.LastError, Attempts: a.Attempts,
+		CommentID: a.CommentID, Cancellations: []CancellationView{}, UpdatedAt: a.UpdatedAt}
+	for _, c := range a.Cancellations {
+		v.Cancellations = append(v.Cancellations, CancellationView{SubscriptionID: c.SubscriptionID, State: c.State, Error: c.LastError})
+	}
+	writeJSON(w, http.StatusOK, v)
+}

@@ -1,0 +1,69 @@
+package workerapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/supportflow/supportflow/internal/api"
+	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
+	"github.com/supportflow/supportflow/starter"
+)
+
+// RunAPI serves the HTTP API until ctx ends, then shuts down gracefully
+// (in-flight requests get up to 10 s; SSE streams are cut). ready, if not
+// nil, receives the listening address once it listens.
+func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready chan<- string) error {
+	if _, err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: sdklog.NewStructuredLogger(logger)})
+	if err != nil {
+		return fmt.Errorf("temporal: %w", err)
+	}
+	defer c.Close()
+	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret},
+		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, ledger.New(pool, cfg.Account), pool, c, logger)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = hs.Shutdown(shutdownCtx)
+	if errors.Is(<-done, http.ErrServerClosed) && err == nil {
+		logger.Info("api stopped")
+		return nil
+	}
+	return err
+}
