@@ -1,9 +1,33 @@
 // Command starter is the operators' command line for supportflow's
-// workflows. Every subcommand takes --help.
+// workflows. Every subcommand takes --help; flags may come before or after
+// the positional arguments. Arguments are checked before anything is
+// sent: bad input exits 2 without dialing Temporal.
 //
-//	starter redrive-enrichment TICKET   look a (dead-lettered) ticket up again now
-//	starter enrichment-status TICKET    a ticket's enrichment state
-//	starter parity --legacy-table NAME  compare a legacy enrichment table with supportflow's
+// Drafts (workflow draft/{TICKET}):
+//
+//	starter draft-start TICKET [--reason R]            start a ticket's draft, or join the running one
+//	starter draft-status TICKET                        a ticket's draft as JSON
+//	starter approve TICKET PROPOSAL_ID [--by NAME]     approve the draft's current proposal
+//	starter reject TICKET PROPOSAL_ID [--by NAME] [--reason TEXT]
+//	                                                   reject the draft's current proposal
+//
+// Enrichment (workflow enrich/{TICKET}):
+//
+//	starter ticket-event TICKET --kind created|updated [--requester ID] [--customer-activity]
+//	                                                   record a ticket event
+//	starter redrive-enrichment TICKET                  look a (dead-lettered) ticket up again now
+//	starter enrichment-status TICKET                   a ticket's enrichment state as JSON
+//	starter parity --legacy-table NAME                 compare a legacy enrichment table with supportflow's
+//
+// Evaluation and schedules:
+//
+//	starter evaluate --run-id ID --set NAME --tickets 1,2,3 [--concurrency N]
+//	                                                   start an evaluation run (workflow eval/{ID})
+//	starter evaluation-status RUN_ID                   an evaluation run's progress as JSON
+//	starter ensure-schedules [--scan-interval 5m]      create or update the scan schedule
+//
+// Exit status: 0 done, 1 failed (including a stale proposal or a ticket
+// without a draft), 2 bad usage.
 //
 // Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 // SUPPORTFLOW_TASK_QUEUE, and for parity DATABASE_URL and
@@ -21,16 +45,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -40,18 +60,65 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// command is one subcommand. help is its one line in `starter --help`;
+// detail, when set, is printed after it by `starter NAME --help`. run
+// must validate every argument before it dials.
 type command struct {
-	name, args, help string
-	run              func(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error
-	flags            func(fs *flag.FlagSet)
+	name, args, help, detail string
+	run                      func(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error
+	flags                    func(fs *flag.FlagSet)
 }
 
 var commands = []command{
+	{name: "draft-start", args: "TICKET [--reason R]", help: "start drafting a reply to a ticket, or join its running draft",
+		detail: "Prints whether the draft was started or joined, its workflow ID and run ID.",
+		run:    draftStart, flags: func(fs *flag.FlagSet) {
+			fs.String("reason", "operator", "who asked for the draft, recorded on it (1-100 characters)")
+		}},
+	{name: "draft-status", args: "TICKET", help: "print a ticket's draft (state, proposal, progress) as JSON",
+		detail: "A ticket that was never drafted exits 1.",
+		run:    draftStatus},
+	{name: "approve", args: "TICKET PROPOSAL_ID [--by NAME]", help: "approve a draft's current proposal and print the result as JSON",
+		detail: "PROPOSAL_ID must be the draft's current proposal awaiting approval (see draft-status);\n" +
+			"any other (stale, expired, superseded, rejected) exits 1, as does a ticket without a draft.\n" +
+			"Approving the same proposal again joins its execution (already_approved: true).",
+		run: approve, flags: func(fs *flag.FlagSet) {
+			fs.String("by", "", "who approves, recorded on the proposal (1-200 characters)")
+		}},
+	{name: "reject", args: "TICKET PROPOSAL_ID [--by NAME] [--reason TEXT]", help: "reject a draft's current proposal",
+		detail: "PROPOSAL_ID must be the draft's current proposal awaiting approval (see draft-status);\n" +
+			"any other exits 1, as does a ticket without a draft.",
+		run: reject, flags: func(fs *flag.FlagSet) {
+			fs.String("by", "", "who rejects, recorded on the proposal (1-200 characters)")
+			fs.String("reason", "", "why, recorded as the draft's error (1-1000 characters)")
+		}},
+	{name: "ticket-event", args: "TICKET --kind created|updated [--requester ID] [--customer-activity]", help: "record a ticket event for the ticket's enrichment (signal-with-start)",
+		detail: "The event is dated now. With --customer-activity the ticket's running draft, if any, is also told\n" +
+			"and supersedes its proposal. A re-drive of a dead-lettered ticket is redrive-enrichment.",
+		run: ticketEvent, flags: func(fs *flag.FlagSet) {
+			fs.String("kind", "", "event kind: created or updated (required)")
+			fs.Int64("requester", 0, "the ticket's requester id, when known (positive)")
+			fs.Bool("customer-activity", false, "the customer wrote (with --kind updated): a running draft of the ticket is superseded")
+		}},
 	{name: "redrive-enrichment", args: "TICKET", help: "look a ticket's customer up in BigQuery again, at once (a dead-lettered ticket's re-drive)", run: redrive},
 	{name: "enrichment-status", args: "TICKET", help: "print a ticket's enrichment state as JSON", run: enrichmentStatus},
 	{name: "parity", args: "--legacy-table NAME", help: "compare order coverage of a legacy enrichment table (ticket_id, order_count) with supportflow's",
 		run: parity, flags: func(fs *flag.FlagSet) {
 			fs.String("legacy-table", "", "legacy table, table or schema.table (required)")
+		}},
+	{name: "evaluate", args: "--run-id ID --set NAME --tickets 1,2,3 [--concurrency N]", help: "start an evaluation run over past tickets and print its workflow ID",
+		detail: "A run with the same ID that is still going is joined, not restarted.",
+		run:    evaluate, flags: func(fs *flag.FlagSet) {
+			fs.String("run-id", "", "the run's id, 1-128 characters of [A-Za-z0-9._-] (required)")
+			fs.String("set", "", "the ticket set's name, for reports, 1-128 characters of [A-Za-z0-9._-] (required)")
+			fs.String("tickets", "", fmt.Sprintf("comma-separated ticket ids, 1-%d distinct positive integers (required)", supportflow.MaxEvaluationTickets))
+			fs.Int("concurrency", 0, fmt.Sprintf("drafts in flight, 1-%d; 0 means the workflow's default", supportflow.MaxEvaluationConcurrency))
+		}},
+	{name: "evaluation-status", args: "RUN_ID", help: "print an evaluation run's progress (or summary) as JSON", run: evaluationStatus},
+	{name: "ensure-schedules", args: "[--scan-interval 5m]", help: "create the ticket-scan schedule, or update it to the interval",
+		detail: "Safe to repeat. The scan skips a run while the previous one still runs.",
+		run:    ensureSchedules, flags: func(fs *flag.FlagSet) {
+			fs.Duration("scan-interval", defaultScanInterval(), fmt.Sprintf("how often the scan runs, %s to %s", minScanInterval, maxScanInterval))
 		}},
 }
 
@@ -61,6 +128,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.help)
 	}
+	fmt.Fprintln(w, "\nexit status: 0 done, 1 failed, 2 bad usage (nothing was sent)")
 	fmt.Fprintln(w, "\nenvironment: TEMPORAL_ADDRESS (localhost:7233), TEMPORAL_NAMESPACE (default), SUPPORTFLOW_TASK_QUEUE (supportflow);")
 	fmt.Fprintln(w, "parity also DATABASE_URL and SUPPORTFLOW_ACCOUNT (both required)")
 }
@@ -80,25 +148,39 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 			continue
 		}
 		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-		fs.SetOutput(errOut)
 		fs.Usage = func() {
 			fmt.Fprintf(fs.Output(), "usage: starter %s %s\n\n%s\n", c.name, c.args, c.help)
-			fs.PrintDefaults()
+			if c.detail != "" {
+				fmt.Fprintf(fs.Output(), "%s\n", c.detail)
+			}
+			if hasFlags(fs) {
+				fmt.Fprintln(fs.Output(), "\nflags:")
+				fs.PrintDefaults()
+			}
 		}
 		if c.flags != nil {
 			c.flags(fs)
 		}
-		if err := fs.Parse(args[1:]); err != nil {
+		shortUsage := func() {
+			fmt.Fprintf(errOut, "usage: starter %s %s   (starter %s --help for more)\n", c.name, c.args, c.name)
+		}
+		flagArgs, positional := splitArgs(fs, args[1:])
+		fs.SetOutput(io.Discard) // a parse error is reported below, in one line
+		if err := fs.Parse(flagArgs); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(out)
 				fs.Usage()
 				return 0
 			}
+			fmt.Fprintf(errOut, "starter %s: %v\n", c.name, err)
+			shortUsage()
 			return 2
 		}
-		if err := c.run(ctx, fs, fs.Args(), out); err != nil {
+		positional = append(positional, fs.Args()...)
+		if err := c.run(ctx, fs, positional, out); err != nil {
 			fmt.Fprintf(errOut, "starter %s: %v\n", c.name, err)
 			if errors.Is(err, errUsage) || errors.Is(err, supportflow.ErrInvalidInput) {
+				shortUsage()
 				return 2
 			}
 			return 1
@@ -110,19 +192,14 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	return 2
 }
 
-var errUsage = errors.New("usage")
-
-func ticketArg(args []string) (int64, error) {
-	if len(args) != 1 {
-		return 0, fmt.Errorf("%w: one TICKET id expected", errUsage)
-	}
-	id, err := strconv.ParseInt(args[0], 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: ticket id %q must be a positive integer", errUsage, args[0])
-	}
-	return id, nil
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
 }
 
+// dial connects to Temporal. Commands call it only after their arguments
+// have been validated, so that bad input sends nothing.
 func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), "localhost:7233"),
@@ -135,65 +212,18 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	return &starter.Starter{Client: c, TaskQueue: os.Getenv("SUPPORTFLOW_TASK_QUEUE")}, c.Close, nil
 }
 
-func redrive(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
-	ticket, err := ticketArg(args)
-	if err != nil {
-		return err
-	}
+// withStarter dials, runs f and closes the connection.
+func withStarter(ctx context.Context, f func(s *starter.Starter) error) error {
 	s, closeFn, err := dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	if err := s.RedriveEnrichment(ctx, ticket); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "re-drive of ticket %d requested: workflow %s looks it up now\n", ticket, supportflow.EnrichWorkflowID(ticket))
-	return nil
+	return f(s)
 }
 
-func enrichmentStatus(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
-	ticket, err := ticketArg(args)
-	if err != nil {
-		return err
-	}
-	s, closeFn, err := dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	st, err := s.EnrichmentStatus(ctx, ticket)
-	if err != nil {
-		return err
-	}
+func printJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
-	return enc.Encode(st)
-}
-
-func parity(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	table := fs.Lookup("legacy-table").Value.String()
-	if table == "" || len(args) != 0 {
-		return fmt.Errorf("%w: --legacy-table NAME is required, and nothing else", errUsage)
-	}
-	if _, err := enrichment.LegacyIdentifier(table); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
-	if dbURL == "" || account == "" {
-		return fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	defer pool.Close()
-	r, err := enrichment.NewStore(pool, account).Parity(ctx, table)
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(out, r.String())
-	return nil
+	return enc.Encode(v)
 }

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,8 +40,57 @@ func TestHelp_ListsEveryCommandAndEachHasItsOwn(t *testing.T) {
 	assert.Equal(t, 2, code, "no command is a usage error")
 }
 
-// Bad input gets a usage error (exit 2) and does nothing.
+// `starter --help` lists every command, each on its own line with its
+// one-line help, in the table's order; the package doc names each too.
+func TestHelp_ListsEachCommandWithItsOneLineHelp(t *testing.T) {
+	want := []string{
+		"draft-start", "draft-status", "approve", "reject",
+		"ticket-event", "redrive-enrichment", "enrichment-status", "parity",
+		"evaluate", "evaluation-status", "ensure-schedules",
+	}
+	var names []string
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	require.Equal(t, want, names, "the command table changed: update this list, the package doc and the README")
+
+	code, out, errOut := runCmd("--help")
+	require.Equal(t, 0, code, errOut)
+	_, section, ok := strings.Cut(out, "\ncommands:\n")
+	require.True(t, ok, out)
+	section, _, _ = strings.Cut(section, "\n\n")
+	lines := strings.Split(section, "\n")
+	require.Len(t, lines, len(commands), section)
+	for i, c := range commands {
+		assert.NotEmpty(t, c.help, c.name)
+		assert.NotContains(t, c.help, "\n", "%s: the help is one line", c.name)
+		assert.Regexp(t, "^  "+regexp.QuoteMeta(c.name)+" +"+regexp.QuoteMeta(c.help)+"$", lines[i])
+	}
+	for _, h := range []string{"-h", "help"} {
+		code, o, _ := runCmd(h)
+		assert.Equal(t, 0, code, h)
+		assert.Equal(t, out, o, h)
+	}
+
+	src, err := os.ReadFile("main.go")
+	require.NoError(t, err)
+	doc, _, _ := strings.Cut(string(src), "\npackage main")
+	for _, c := range commands {
+		assert.Contains(t, doc, "starter "+c.name+" ", "the package doc lists %s", c.name)
+	}
+}
+
+// noTemporal points the commands at a port nobody listens on: a command
+// that dialed fails with a connection error instead of a usage error.
+func noTemporal(t *testing.T) {
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	t.Setenv("TEMPORAL_NAMESPACE", "default")
+}
+
+// Bad input gets a usage error (exit 2) and sends nothing: it is refused
+// before the command dials Temporal.
 func TestBadInput_IsAUsageError(t *testing.T) {
+	noTemporal(t)
 	for _, args := range [][]string{
 		{"nope"},
 		{"redrive-enrichment"},
@@ -46,10 +99,167 @@ func TestBadInput_IsAUsageError(t *testing.T) {
 		{"enrichment-status", "1", "2"},
 		{"parity"},
 		{"parity", "--legacy-table", "x; DROP TABLE action"},
+
+		{"draft-start"},
+		{"draft-start", "abc"},
+		{"draft-start", "-4"},
+		{"draft-start", "0"},
+		{"draft-start", "1.5"},
+		{"draft-start", "99999999999999999999"},
+		{"draft-start", "12", "13"},
+		{"draft-start", "12", "--reason", ""},
+		{"draft-start", "12", "--reason", "a\x00b"},
+		{"draft-start", "12", "--reason", strings.Repeat("r", 101)},
+		{"draft-start", "12", "--reason"},
+		{"draft-start", "12", "--bogus"},
+
+		{"draft-status"},
+		{"draft-status", "x"},
+		{"draft-status", "-1"},
+		{"draft-status", "1", "2"},
+
+		{"approve"},
+		{"approve", "12"},
+		{"approve", "12", "x y"},
+		{"approve", "12", ""},
+		{"approve", "12", "p/1"},
+		{"approve", "12", strings.Repeat("p", 129)},
+		{"approve", "-12", "p-1"},
+		{"approve", "twelve", "p-1"},
+		{"approve", "12", "p-1", "extra"},
+		{"approve", "12", "p-1", "--by", "  "},
+		{"approve", "12", "p-1", "--by", "ada\nbo"},
+		{"approve", "12", "p-1", "--by", strings.Repeat("a", 201)},
+		{"approve", "12", "p-1", "--reason", "no such flag"},
+
+		{"reject"},
+		{"reject", "12"},
+		{"reject", "12", "x y"},
+		{"reject", "0", "p-1"},
+		{"reject", "12", "p-1", "--reason", ""},
+		{"reject", "12", "p-1", "--reason", strings.Repeat("r", 1001)},
+		{"reject", "12", "p-1", "--reason", "bell\a"},
+		{"reject", "12", "p-1", "--by", ""},
+
+		{"ticket-event"},
+		{"ticket-event", "12"},
+		{"ticket-event", "--kind", "created"},
+		{"ticket-event", "x", "--kind", "created"},
+		{"ticket-event", "-3", "--kind", "created"},
+		{"ticket-event", "12", "--kind", "deleted"},
+		{"ticket-event", "12", "--kind", "Created"},
+		{"ticket-event", "12", "--kind", "redrive"},
+		{"ticket-event", "12", "--kind", ""},
+		{"ticket-event", "12", "--kind", "updated", "--requester", "0"},
+		{"ticket-event", "12", "--kind", "updated", "--requester", "-5"},
+		{"ticket-event", "12", "--kind", "updated", "--requester", "bob"},
+		{"ticket-event", "12", "--kind", "created", "--customer-activity"},
+		{"ticket-event", "12", "--kind", "updated", "--customer-activity=maybe"},
+		{"ticket-event", "12", "13", "--kind", "updated"},
+
+		{"evaluate"},
+		{"evaluate", "--set", "golden", "--tickets", "1,2"},
+		{"evaluate", "--run-id", "r1", "--tickets", "1,2"},
+		{"evaluate", "--run-id", "r1", "--set", "golden"},
+		{"evaluate", "--run-id", "r 1", "--set", "golden", "--tickets", "1"},
+		{"evaluate", "--run-id", "r1", "--set", "gold/en", "--tickets", "1"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1,x,3"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1,,3"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1,2,"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1,-2"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "0"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1,2,1"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1 2"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", manyTickets(1001)},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1", "--concurrency", "-1"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1", "--concurrency", "33"},
+		{"evaluate", "--run-id", "r1", "--set", "golden", "--tickets", "1", "--concurrency", "two"},
+		{"evaluate", "r1", "--set", "golden", "--tickets", "1"},
+
+		{"evaluation-status"},
+		{"evaluation-status", "r 1"},
+		{"evaluation-status", "r1", "r2"},
+
+		{"ensure-schedules", "--scan-interval", "0"},
+		{"ensure-schedules", "--scan-interval", "0s"},
+		{"ensure-schedules", "--scan-interval", "-5m"},
+		{"ensure-schedules", "--scan-interval", "garbage"},
+		{"ensure-schedules", "--scan-interval", "5"},
+		{"ensure-schedules", "--scan-interval", "30s"},
+		{"ensure-schedules", "--scan-interval", "25h"},
+		{"ensure-schedules", "extra"},
 	} {
-		code, _, errOut := runCmd(args...)
-		assert.Equal(t, 2, code, "%v: %s", args, errOut)
-		assert.NotEmpty(t, errOut)
+		code, out, errOut := runCmd(args...)
+		assert.Equal(t, 2, code, "%q: %s", args, errOut)
+		assert.NotEmpty(t, errOut, "%q", args)
+		assert.Empty(t, out, "%q", args)
+		for _, dialed := range []string{"temporal:", "dial", "connection", "127.0.0.1:1"} {
+			assert.NotContains(t, errOut, dialed, "%q was refused only after dialing", args)
+		}
+	}
+}
+
+func manyTickets(n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i + 1)
+	}
+	return strings.Join(ids, ",")
+}
+
+// Valid input gets past validation, flags before or after the positional
+// arguments, and only then dials: with no server there, the command fails
+// (exit 1) on the connection. This is what TestBadInput_IsAUsageError's
+// "nothing was sent" check relies on.
+func TestValidInput_DialsOnlyAfterValidation(t *testing.T) {
+	noTemporal(t)
+	for _, args := range [][]string{
+		{"draft-start", "12"},
+		{"draft-start", "12", "--reason", "click"},
+		{"draft-start", "--reason=click", "12"},
+		{"draft-status", "12"},
+		{"approve", "12", "p-1"},
+		{"approve", "12", "p-1", "--by", "ada@acme.test"},
+		{"approve", "--by", "ada", "12", "p-1"},
+		{"reject", "12", "p-1", "--by", "bo", "--reason", "wrong tone\nand too long"},
+		{"ticket-event", "12", "--kind", "created"},
+		{"ticket-event", "12", "--kind", "updated", "--requester", "7", "--customer-activity"},
+		{"ticket-event", "--customer-activity", "--kind=updated", "12"},
+		{"redrive-enrichment", "12"},
+		{"enrichment-status", "12"},
+		{"evaluate", "--run-id", "run-1", "--set", "golden", "--tickets", "1, 2,3"},
+		{"evaluate", "--run-id", "run-1", "--set", "golden", "--tickets", "1", "--concurrency", "32"},
+		{"evaluate", "--run-id", "run-1", "--set", "golden", "--tickets", manyTickets(1000)},
+		{"evaluation-status", "run-1"},
+		{"ensure-schedules"},
+		{"ensure-schedules", "--scan-interval", "1m"},
+		{"ensure-schedules", "--scan-interval=24h"},
+		{"redrive-enrichment", "--", "12"},
+	} {
+		code, out, errOut := runCmd(args...)
+		assert.Equal(t, 1, code, "%q: %s", args, errOut)
+		assert.Contains(t, errOut, "temporal:", "%q", args)
+		assert.Empty(t, out, "%q", args)
+	}
+}
+
+func TestSplitArgs(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("by", "", "")
+	fs.Bool("yes", false, "")
+	for _, tc := range []struct {
+		in, flags, pos []string
+	}{
+		{in: []string{"12", "p", "--by", "ada"}, flags: []string{"--by", "ada"}, pos: []string{"12", "p"}},
+		{in: []string{"--by", "-4", "12"}, flags: []string{"--by", "-4"}, pos: []string{"12"}},
+		{in: []string{"-4", "--yes", "p"}, flags: []string{"--yes"}, pos: []string{"-4", "p"}},
+		{in: []string{"--by=a", "x", "--", "--yes", "-"}, flags: []string{"--by=a"}, pos: []string{"x", "--yes", "-"}},
+		{in: []string{"--nope", "x"}, flags: []string{"--nope"}, pos: []string{"x"}},
+		{in: []string{"x", "--by"}, flags: []string{"--by"}, pos: []string{"x"}},
+	} {
+		flags, pos := splitArgs(fs, tc.in)
+		assert.Equal(t, tc.flags, flags, "%q", tc.in)
+		assert.Equal(t, tc.pos, pos, "%q", tc.in)
 	}
 }
 

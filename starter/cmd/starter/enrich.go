@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/starter"
+)
+
+func ticketEvent(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
+	ticket, err := ticketArg(args)
+	if err != nil {
+		return err
+	}
+	ev := supportflow.TicketEvent{TicketID: ticket, Kind: fs.Lookup("kind").Value.String(), At: time.Now()}
+	switch ev.Kind {
+	case supportflow.TicketCreated, supportflow.TicketUpdated:
+	case "":
+		return fmt.Errorf("%w: --kind is required: %s or %s", errUsage, supportflow.TicketCreated, supportflow.TicketUpdated)
+	case supportflow.TicketRedrive:
+		return fmt.Errorf("%w: --kind %s: use starter redrive-enrichment", errUsage, ev.Kind)
+	default:
+		return fmt.Errorf("%w: --kind %q must be %s or %s", errUsage, ev.Kind, supportflow.TicketCreated, supportflow.TicketUpdated)
+	}
+	if isSet(fs, "requester") {
+		ev.RequesterID = flagValue[int64](fs, "requester")
+		if ev.RequesterID <= 0 {
+			return fmt.Errorf("%w: --requester %d must be a positive id", errUsage, ev.RequesterID)
+		}
+	}
+	// As the webhook does: only activity on an existing ticket can
+	// supersede a draft.
+	ev.CustomerActivity = flagValue[bool](fs, "customer-activity")
+	if ev.CustomerActivity && ev.Kind != supportflow.TicketUpdated {
+		return fmt.Errorf("%w: --customer-activity goes with --kind %s", errUsage, supportflow.TicketUpdated)
+	}
+	if err := ev.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return withStarter(ctx, func(s *starter.Starter) error {
+		runID, err := s.RecordTicketEvent(ctx, ev)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "recorded %s event of ticket %d: workflow %s run %s\n", ev.Kind, ticket, supportflow.EnrichWorkflowID(ticket), runID)
+		if ev.CustomerActivity {
+			fmt.Fprintf(out, "customer activity: a running draft of the ticket (workflow %s), if any, is superseded\n", supportflow.DraftWorkflowID(ticket))
+		}
+		return nil
+	})
+}
+
+func redrive(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
+	ticket, err := ticketArg(args)
+	if err != nil {
+		return err
+	}
+	return withStarter(ctx, func(s *starter.Starter) error {
+		if err := s.RedriveEnrichment(ctx, ticket); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "re-drive of ticket %d requested: workflow %s looks it up now\n", ticket, supportflow.EnrichWorkflowID(ticket))
+		return nil
+	})
+}
+
+func enrichmentStatus(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
+	ticket, err := ticketArg(args)
+	if err != nil {
+		return err
+	}
+	return withStarter(ctx, func(s *starter.Starter) error {
+		st, err := s.EnrichmentStatus(ctx, ticket)
+		if err != nil {
+			return err
+		}
+		return printJSON(out, st)
+	})
+}
+
+func parity(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
+	table := fs.Lookup("legacy-table").Value.String()
+	if table == "" || len(args) != 0 {
+		return fmt.Errorf("%w: --legacy-table NAME is required, and nothing else", errUsage)
+	}
+	if _, err := enrichment.LegacyIdentifier(table); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
+	if dbURL == "" || account == "" {
+		return fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	r, err := enrichment.NewStore(pool, account).Parity(ctx, table)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(out, r.String())
+	return nil
+}
