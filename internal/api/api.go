@@ -110,7 +110,9 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	s.mux.HandleFunc("POST /proposals/{id}/reject", s.authed(s.reject))
 	s.mux.HandleFunc("GET /actions/{key}", s.authed(s.getAction))
 	s.mux.HandleFunc("POST /webhooks/zendesk", s.webhook)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "Not found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
