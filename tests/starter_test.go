@@ -26,10 +26,12 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 	require.NoError(t, s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: st.Proposal.ID, RejectedBy: "bo", Reason: "off topic"}))
 	final := s.waitState(ticket, supportflow.DraftRejected)
 	assert.Equal(t, "off topic", final.Error)
-	p, err := s.ledger.GetProposal(ctx, st.Proposal.ID)
-	require.NoError(t, err)
-	assert.Equal(t, supportflow.DraftRejected, p.State)
-	assert.Equal(t, "bo", p.DecidedBy)
+	// The draft's state changes first (so no approval can slip in), then
+	// the proposal row follows.
+	require.Eventually(t, func() bool {
+		p, err := s.ledger.GetProposal(ctx, st.Proposal.ID)
+		return err == nil && p.State == supportflow.DraftRejected && p.DecidedBy == "bo"
+	}, 10*time.Second, 20*time.Millisecond)
 	require.ErrorIs(t, s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: st.Proposal.ID}), starter.ErrStaleProposal, "a closed draft")
 
 	const never = int64(99999)
