@@ -23,6 +23,7 @@ const (
 	DraftReplyWorkflow      = "DraftReply"
 	ScanTicketsWorkflow     = "ScanTickets"
 	EvaluateDraftsWorkflow  = "EvaluateDrafts"
+	PruneRetentionWorkflow  = "PruneRetention"
 )
 
 // Query names.
@@ -90,6 +91,10 @@ func EvaluationWorkflowID(runID string) string { return "eval/" + runID }
 
 // ScanScheduleID is the ID of the Temporal Schedule that runs ScanTickets.
 const ScanScheduleID = "supportflow-scan-tickets"
+
+// PruneScheduleID is the ID of the Temporal Schedule that runs
+// PruneRetention daily.
+const PruneScheduleID = "supportflow-prune-retention"
 
 // Search attributes supportflow sets, so the Web UI and the app can filter
 // workflows by them. Each must be registered on the namespace as a Keyword

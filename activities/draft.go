@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -357,3 +358,10 @@ func (p *progressOf[T]) get() T {
 }
 
 func (p *progressOf[T]) details() any { return p.get() }
+
+// PruneLedger deletes terminal actions and proposals older than the
+// retention (see ledger.Prune) and returns how many, by table.
+func (a *Activities) PruneLedger(ctx context.Context) (map[string]int64, error) {
+	pruned, err := a.Ledger.Prune(ctx, time.Now().Add(-a.Durations.Fill().Retention))
+	return map[string]int64(pruned), err
+}

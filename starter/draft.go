@@ -212,26 +212,48 @@ func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration
 	if interval <= 0 {
 		return fmt.Errorf("%w: scan interval %s must be positive", supportflow.ErrInvalidInput, interval)
 	}
-	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: interval}}}
-	action := &client.ScheduleWorkflowAction{
+	return s.ensureSchedule(ctx, supportflow.ScanScheduleID, interval, &client.ScheduleWorkflowAction{
 		ID:        "scan-tickets",
 		Workflow:  supportflow.ScanTicketsWorkflow,
 		Args:      []any{supportflow.ScanRequest{}},
 		TaskQueue: s.taskQueue(),
+	})
+}
+
+// EnsurePruneSchedule creates, or updates, the Temporal Schedule that runs
+// PruneRetention once a day (overlap skip).
+func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
+	return s.ensureSchedule(ctx, supportflow.PruneScheduleID, 24*time.Hour, &client.ScheduleWorkflowAction{
+		ID:        "prune-retention",
+		Workflow:  supportflow.PruneRetentionWorkflow,
+		TaskQueue: s.taskQueue(),
+	})
+}
+
+// EnsureSchedules creates or updates every supportflow schedule: the scan
+// (every scanInterval) and the daily retention prune.
+func (s *Starter) EnsureSchedules(ctx context.Context, scanInterval time.Duration) error {
+	if err := s.EnsureScanSchedule(ctx, scanInterval); err != nil {
+		return err
 	}
+	return s.EnsurePruneSchedule(ctx)
+}
+
+func (s *Starter) ensureSchedule(ctx context.Context, id string, every time.Duration, action *client.ScheduleWorkflowAction) error {
+	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
 	_, err := s.Client.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:      supportflow.ScanScheduleID,
+		ID:      id,
 		Spec:    spec,
 		Action:  action,
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
 	})
 	if !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
 		if err != nil {
-			return fmt.Errorf("starter: create scan schedule: %w", err)
+			return fmt.Errorf("starter: create schedule %s: %w", id, err)
 		}
 		return nil
 	}
-	h := s.Client.ScheduleClient().GetHandle(ctx, supportflow.ScanScheduleID)
+	h := s.Client.ScheduleClient().GetHandle(ctx, id)
 	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 		sch := in.Description.Schedule
 		sch.Spec = &spec
@@ -243,7 +265,7 @@ func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration
 		return &client.ScheduleUpdate{Schedule: &sch}, nil
 	}})
 	if err != nil {
-		return fmt.Errorf("starter: update scan schedule: %w", err)
+		return fmt.Errorf("starter: update schedule %s: %w", id, err)
 	}
 	return nil
 }

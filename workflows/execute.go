@@ -34,6 +34,7 @@ func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.ScanTickets, workflow.RegisterOptions{Name: supportflow.ScanTicketsWorkflow})
 	r.RegisterWorkflowWithOptions(w.EvaluateDrafts, workflow.RegisterOptions{Name: supportflow.EvaluateDraftsWorkflow})
 	r.RegisterWorkflowWithOptions(w.EnrichTicket, workflow.RegisterOptions{Name: supportflow.EnrichTicketWorkflow})
+	r.RegisterWorkflowWithOptions(w.PruneRetention, workflow.RegisterOptions{Name: supportflow.PruneRetentionWorkflow})
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }

@@ -34,6 +34,9 @@ type Activities struct {
 	// deadline, so the attempt still records its outcome. 0 means the
 	// attempt's deadline alone.
 	CallTimeout time.Duration
+	// Retention is how long PruneEnrichment keeps finished rows; 0 means
+	// 30 days.
+	Retention time.Duration
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -198,4 +201,14 @@ func clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// PruneEnrichment deletes finished enrichment rows older than Retention
+// (see Store.Prune) and returns how many, by table.
+func (a *Activities) PruneEnrichment(ctx context.Context) (map[string]int64, error) {
+	keep := a.Retention
+	if keep <= 0 {
+		keep = 30 * 24 * time.Hour
+	}
+	return a.Store.Prune(ctx, time.Now().Add(-keep))
 }

@@ -248,3 +248,33 @@ SELECT COALESCE(
 	}
 	return *id, true, nil
 }
+
+// Prune deletes this account's finished enrichment rows older than
+// cutoff: lookup-log rows that ended (never one still running), recorded
+// runs (a projection keeps its data; its run_id is cleared) and resolved
+// dead letters. Open dead letters stay until resolved.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (map[string]int64, error) {
+	out := map[string]int64{}
+	// Each statement is spelled out, so the shadow-path guard test sees
+	// every table this package writes.
+	for _, p := range []struct{ table, sql string }{
+		{"lookup_log", `DELETE FROM lookup_log WHERE id IN (SELECT id FROM lookup_log
+WHERE account = $1 AND outcome <> 'running' AND finished_at < $2 LIMIT 5000)`},
+		{"enrichment_run", `DELETE FROM enrichment_run WHERE id IN (SELECT id FROM enrichment_run
+WHERE account = $1 AND created_at < $2 LIMIT 5000)`},
+		{"enrichment_dead_letter", `DELETE FROM enrichment_dead_letter WHERE ctid IN (SELECT ctid FROM enrichment_dead_letter
+WHERE account = $1 AND resolved_at IS NOT NULL AND resolved_at < $2 LIMIT 5000)`},
+	} {
+		for {
+			tag, err := s.db.Exec(ctx, p.sql, s.account, cutoff)
+			if err != nil {
+				return out, fmt.Errorf("enrichment: prune %s: %w", p.table, err)
+			}
+			out[p.table] += tag.RowsAffected()
+			if tag.RowsAffected() < 5000 {
+				break
+			}
+		}
+	}
+	return out, nil
+}

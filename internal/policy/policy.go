@@ -66,6 +66,10 @@ type Durations struct {
 	// LookupAttemptTimeout is the start-to-close deadline of one BigQuery
 	// lookup attempt; the BigQuery client runs under it. Default 120 s.
 	LookupAttemptTimeout time.Duration
+	// Retention is how long terminal rows (proposals, actions, lookup logs,
+	// enrichment runs) are kept before the daily prune deletes them.
+	// Default 30 days.
+	Retention time.Duration
 }
 
 // Defaults returns the product's durations.
@@ -85,6 +89,7 @@ func Defaults() Durations {
 		EnrichNewTicketDelay:    10 * time.Minute,
 		EnrichUpdateDelay:       2 * time.Minute,
 		LookupAttemptTimeout:    120 * time.Second,
+		Retention:               30 * 24 * time.Hour,
 	}
 }
 
@@ -106,6 +111,7 @@ func (d Durations) Fill() Durations {
 		EnrichNewTicketDelay:    cmp.Or(d.EnrichNewTicketDelay, def.EnrichNewTicketDelay),
 		EnrichUpdateDelay:       cmp.Or(d.EnrichUpdateDelay, def.EnrichUpdateDelay),
 		LookupAttemptTimeout:    cmp.Or(d.LookupAttemptTimeout, def.LookupAttemptTimeout),
+		Retention:               cmp.Or(d.Retention, def.Retention),
 	}
 }
 
@@ -127,7 +133,7 @@ func (d Durations) Validate() error {
 		"subscription call timeout": d.SubscriptionCallTimeout, "retry base": d.RetryBase, "retry cap": d.RetryCap,
 		"model attempt timeout": d.ModelAttemptTimeout, "proposal expiry": d.ProposalExpiry, "scan interval": d.ScanInterval,
 		"new-ticket enrichment delay": d.EnrichNewTicketDelay, "update enrichment delay": d.EnrichUpdateDelay,
-		"lookup attempt timeout": d.LookupAttemptTimeout,
+		"lookup attempt timeout": d.LookupAttemptTimeout, "retention": d.Retention,
 	} {
 		check(v > 0, "%s must be positive, got %s", name, v)
 	}
@@ -163,6 +169,7 @@ var Env = []struct {
 	{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "wait after a new ticket before its BigQuery lookup (replication lag)", 10 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichNewTicketDelay }},
 	{"SUPPORTFLOW_ENRICH_UPDATE_DELAY", "wait after a ticket's latest update before its lookup", 2 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichUpdateDelay }},
 	{"SUPPORTFLOW_LOOKUP_ATTEMPT_TIMEOUT", "deadline of one BigQuery lookup attempt", 120 * time.Second, func(d *Durations) *time.Duration { return &d.LookupAttemptTimeout }},
+	{"SUPPORTFLOW_RETENTION", "how long terminal rows are kept before the daily prune", 30 * 24 * time.Hour, func(d *Durations) *time.Duration { return &d.Retention }},
 	{"SUPPORTFLOW_SCAN_INTERVAL", "how often the scheduled scan looks for tickets to draft", 5 * time.Minute, func(d *Durations) *time.Duration { return &d.ScanInterval }},
 }
 

@@ -116,6 +116,7 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 		BigQuery:          bq,
 		HeartbeatInterval: d.HeartbeatInterval,
 		CallTimeout:       d.LookupAttemptTimeout - d.DeadlineMargin,
+		Retention:         d.Retention,
 		Logger:            logger,
 	}
 }

@@ -175,7 +175,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	defer c.Close()
 	st := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
-	if err := st.EnsureScanSchedule(ctx, cfg.Durations.ScanInterval); err != nil {
+	if err := st.EnsureSchedules(ctx, cfg.Durations.ScanInterval); err != nil {
 		return err
 	}
 	say("scan schedule %s runs every %s", supportflow.ScanScheduleID, cfg.Durations.ScanInterval)

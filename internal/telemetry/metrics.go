@@ -1,0 +1,105 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metrics are supportflow's own metrics: what the workflows and activities
+// did, beyond what Temporal counts for them. Every method is safe on a nil
+// *Metrics (a no-op), so code and tests that have no telemetry pass nil.
+//
+// Label values come from the callers' fixed vocabularies (a leg, an
+// outcome, an activity type); never pass anything per-ticket or
+// per-customer, since each distinct value is a new series.
+type Metrics struct {
+	actionLegs  metric.Int64Counter
+	deadLetters metric.Int64Counter
+	retries     metric.Int64Counter
+	lookups     metric.Int64Counter
+	drafts      metric.Int64Counter
+}
+
+// newMetrics creates the instruments on meter. The names carry no _total:
+// the Prometheus exporter appends it to every monotonic counter.
+func newMetrics(meter metric.Meter) (*Metrics, error) {
+	var m Metrics
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	m.actionLegs = counter("supportflow_action_legs",
+		"Legs of approved actions finished, by leg (zendesk, cancellations) and outcome.")
+	m.deadLetters = counter("supportflow_enrichment_dead_letters",
+		"Enrichment requests given up on and dead-lettered, by reason.")
+	m.retries = counter("supportflow_activity_retries",
+		"Activity attempts that failed and were scheduled for a retry, by activity type.")
+	m.lookups = counter("supportflow_enrichment_lookups",
+		"Customer lookups made for enrichment, by outcome (found, not_found, error).")
+	m.drafts = counter("supportflow_drafts",
+		"Reply drafts requested from the model, by outcome (generated, invalid_output, failed).")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// add counts one event on c with the given labels; nil-safe through the
+// callers, which check m first.
+func add(c metric.Int64Counter, attrs ...attribute.KeyValue) {
+	c.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+}
+
+// ActionLeg counts one leg of an approved action reaching an outcome:
+// supportflow_action_legs_total{leg, outcome}. leg is "zendesk" or
+// "cancellations"; outcome is what happened to it, e.g. "posted",
+// "ledger", "audit", "applied", "cancelled", "failed" or "lost_claim".
+func (m *Metrics) ActionLeg(leg, outcome string) {
+	if m == nil {
+		return
+	}
+	add(m.actionLegs, attribute.String("leg", leg), attribute.String("outcome", outcome))
+}
+
+// DeadLetter counts one enrichment request dead-lettered:
+// supportflow_enrichment_dead_letters_total{reason}, where reason is
+// "retries_exhausted" or "not_retryable".
+func (m *Metrics) DeadLetter(reason string) {
+	if m == nil {
+		return
+	}
+	add(m.deadLetters, attribute.String("reason", reason))
+}
+
+// Retry counts one failed activity attempt that will be retried:
+// supportflow_activity_retries_total{activity_type}.
+func (m *Metrics) Retry(activityType string) {
+	if m == nil {
+		return
+	}
+	add(m.retries, attribute.String("activity_type", activityType))
+}
+
+// Lookup counts one enrichment lookup:
+// supportflow_enrichment_lookups_total{outcome}, where outcome is "found",
+// "not_found" or "error".
+func (m *Metrics) Lookup(outcome string) {
+	if m == nil {
+		return
+	}
+	add(m.lookups, attribute.String("outcome", outcome))
+}
+
+// Draft counts one reply draft: supportflow_drafts_total{outcome}, where
+// outcome is "generated", "invalid_output" or "failed".
+func (m *Metrics) Draft(outcome string) {
+	if m == nil {
+		return
+	}
+	add(m.drafts, attribute.String("outcome", outcome))
+}

@@ -1,0 +1,66 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// MetricsPath is where Serve exposes the metrics handler.
+const MetricsPath = "/metrics"
+
+// serveShutdownTimeout bounds how long Serve waits for in-flight scrapes
+// once ctx ends; a scrape is quick, and a stuck one must not hold up exit.
+const serveShutdownTimeout = 5 * time.Second
+
+// Serve serves h at /metrics on addr until ctx ends, then stops the server
+// and returns nil. It has its own listener and mux, so metrics stay off the
+// API's port and its middleware. When ready is not nil it receives the
+// bound address (useful with port 0) once the listener is open; Serve
+// waits for it to be read or for ctx to end. An empty addr disables
+// metrics: Serve returns nil at once and sends nothing on ready. An error
+// means the address could not be bound or the server failed.
+func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string) error {
+	if addr == "" {
+		return nil
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("telemetry: metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(MetricsPath, h)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	if ready != nil {
+		select {
+		case ready <- ln.Addr().String():
+		case <-ctx.Done():
+		}
+	}
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("telemetry: metrics server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("telemetry: metrics server: %w", err)
+	}
+	return nil
+}

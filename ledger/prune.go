@@ -1,0 +1,54 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pruneBatch bounds one DELETE, so pruning never holds locks on many rows
+// at once.
+const pruneBatch = 5000
+
+// Pruned counts the rows a retention prune deleted, by table.
+type Pruned map[string]int64
+
+// Prune deletes this account's terminal rows last changed before cutoff:
+// actions that are applied, failed or partial_failure (with their
+// cancellation rows) and proposals that are done, rejected, superseded,
+// expired or failed. A row still pending or applying, or a proposal
+// awaiting approval or executing, is never deleted, however old.
+func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
+	out := Pruned{}
+	for table, where := range map[string]string{
+		"action":   `state IN ('applied', 'failed', 'partial_failure')`,
+		"proposal": `state IN ('done', 'rejected', 'superseded', 'expired', 'failed')`,
+	} {
+		n, err := pruneTable(ctx, l.db, table, l.account, where, "updated_at", cutoff)
+		out[table] = n
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+
+// pruneTable deletes matching rows in batches until none are left. table,
+// where and column are constants of this package, never input.
+func pruneTable(ctx context.Context, db DB, table, account, where, column string, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, fmt.Sprintf(`
+DELETE FROM %[1]s WHERE ctid IN (
+  SELECT ctid FROM %[1]s WHERE account = $1 AND %[2]s AND %[3]s < $2 LIMIT %[4]d)`, table, where, column, pruneBatch),
+			account, cutoff)
+		if err != nil {
+			return total, fmt.Errorf("ledger: prune %s: %w", table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package workflows_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities/activitiestest"
+)
+
+// The daily prune deletes terminal rows older than 30 days and nothing
+// else: not a recent terminal row, and never one still pending, applying,
+// running or awaiting approval, however old.
+func TestPruneRetention_DeletesOnlyOldTerminalRows(t *testing.T) {
+	w := newDraftWorld(t)
+	ctx := context.Background()
+	db := w.h.Pool
+	old := time.Now().Add(-31 * 24 * time.Hour)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := db.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	acct := activitiestest.Account
+	for _, a := range []struct {
+		key, state string
+		at         time.Time
+	}{
+		{"old-applied:0", "applied", old}, {"old-failed:0", "failed", old}, {"old-partial:0", "partial_failure", old},
+		{"old-pending:0", "pending", old}, {"old-applying:0", "applying", old},
+		{"new-applied:0", "applied", time.Now()},
+	} {
+		pid := a.key[:len(a.key)-2]
+		exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state, updated_at)
+VALUES ($1, $2, $3, 0, 7, true, $4, $5)`, acct, a.key, pid, a.state, a.at)
+	}
+	for _, p := range []struct {
+		id, state string
+		at        time.Time
+	}{
+		{"p-done", "done", old}, {"p-expired", "expired", old}, {"p-awaiting", "awaiting_approval", old},
+		{"p-executing", "executing", old}, {"p-new-done", "done", time.Now()},
+	} {
+		exec(`INSERT INTO proposal (account, proposal_id, ticket_id, state, reply, conversation_through, updated_at)
+VALUES ($1, $2, 7, $3, 'r', now(), $4)`, acct, p.id, p.state, p.at)
+	}
+	for _, l := range []struct {
+		outcome string
+		at      time.Time
+	}{{"found", old}, {"error", old}, {"running", old}, {"found", time.Now()}} {
+		exec(`INSERT INTO lookup_log (account, ticket_id, workflow_id, run_id, activity_id, attempt, outcome, started_at, finished_at)
+VALUES ($1, 7, 'w', gen_random_uuid()::text, '1', 1, $2, $3, CASE WHEN $2 = 'running' THEN NULL ELSE $3::timestamptz END)`, acct, l.outcome, l.at)
+	}
+
+	w.env.ExecuteWorkflow(supportflow.PruneRetentionWorkflow)
+	require.NoError(t, w.env.GetWorkflowError())
+	var pruned map[string]int64
+	require.NoError(t, w.env.GetWorkflowResult(&pruned))
+	assert.Equal(t, int64(3), pruned["action"])
+	assert.Equal(t, int64(2), pruned["proposal"])
+	assert.Equal(t, int64(2), pruned["lookup_log"])
+
+	left := func(sql string) []string {
+		rows, err := db.Query(ctx, sql)
+		require.NoError(t, err)
+		var out []string
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		return out
+	}
+	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"}, left(`SELECT key FROM action`))
+	assert.ElementsMatch(t, []string{"p-awaiting", "p-executing", "p-new-done"}, left(`SELECT proposal_id FROM proposal`))
+	assert.ElementsMatch(t, []string{"running", "found"}, left(`SELECT outcome FROM lookup_log`))
+}
