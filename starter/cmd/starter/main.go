@@ -24,7 +24,7 @@
 //	starter evaluate --run-id ID --set NAME --tickets 1,2,3 [--concurrency N]
 //	                                                   start an evaluation run (workflow eval/{ID})
 //	starter evaluation-status RUN_ID                   an evaluation run's progress as JSON
-//	starter ensure-schedules [--scan-interval 5m]      create or update the scan schedule
+//	starter ensure-schedules [--scan-interval 5m]      create or update the scan and retention-prune schedules
 //
 // Exit status: 0 done, 1 failed (including a stale proposal or a ticket
 // without a draft), 2 bad usage.
@@ -115,7 +115,7 @@ var commands = []command{
 			fs.Int("concurrency", 0, fmt.Sprintf("drafts in flight, 1-%d; 0 means the workflow's default", supportflow.MaxEvaluationConcurrency))
 		}},
 	{name: "evaluation-status", args: "RUN_ID", help: "print an evaluation run's progress (or summary) as JSON", run: evaluationStatus},
-	{name: "ensure-schedules", args: "[--scan-interval 5m]", help: "create the ticket-scan schedule, or update it to the interval",
+	{name: "ensure-schedules", args: "[--scan-interval 5m]", help: "create or update the schedules: the ticket scan (at the interval) and the daily retention prune",
 		detail: "Safe to repeat. The scan skips a run while the previous one still runs.",
 		run:    ensureSchedules, flags: func(fs *flag.FlagSet) {
 			fs.Duration("scan-interval", defaultScanInterval(), fmt.Sprintf("how often the scan runs, %s to %s", minScanInterval, maxScanInterval))
