@@ -16,6 +16,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -46,6 +47,8 @@ type Activities struct {
 	// Logger receives operational logs; nil means slog.Default(). Secrets
 	// never reach it.
 	Logger *slog.Logger
+	// Metrics counts outcomes; nil counts nothing.
+	Metrics *telemetry.Metrics
 }
 
 func (a *Activities) log(ctx context.Context) *slog.Logger {

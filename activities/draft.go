@@ -190,6 +190,7 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 		if errors.Is(err, errAttemptOver) {
 			return supportflow.DraftProposal{}, err
 		}
+		a.Metrics.Draft("failed")
 		if isPermanent(err) {
 			return supportflow.DraftProposal{}, rejected(err)
 		}
@@ -197,12 +198,14 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	}
 	draft, err := ParseDraft(content, in.Ticket)
 	if err != nil {
+		a.Metrics.Draft("invalid_output")
 		a.log(ctx).Warn("model answered an invalid draft", "ticket_id", in.Ticket.Conversation.TicketID,
 			"error", err, "tokens", p.get().Tokens)
 		return supportflow.DraftProposal{}, temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeInvalidModelOutput, err)
 	}
 	draft.ID = in.ProposalID
 	draft.Model = a.Model.Model()
+	a.Metrics.Draft("generated")
 	return draft, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -47,6 +49,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		return PostReplyResult{}, reserveError(err)
 	}
 	if res.Applied {
+		a.Metrics.ActionLeg("zendesk", "applied")
 		return PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
 	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
@@ -100,9 +103,12 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		return nil
 	})
 	if err == nil {
+		a.Metrics.ActionLeg("zendesk", out.Source)
 		return out, nil
 	}
-	return PostReplyResult{}, a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+	a.Metrics.ActionLeg("zendesk", legOutcome(err))
+	return PostReplyResult{}, err
 }
 
 // endAttempt turns a failed attempt's error into the activity's error and
@@ -162,6 +168,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		return CancelResult{}, reserveError(err)
 	}
 	if res.Applied {
+		a.Metrics.ActionLeg("cancellations", "applied")
 		return CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
 	}
 	if in.Action.Comment != nil && !res.CommentLanded() {
@@ -237,9 +244,24 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	})
 	out.Cancelled = ordered(in.Action.CancelSubscriptions, cancelled)
 	if err == nil {
+		a.Metrics.ActionLeg("cancellations", "cancelled")
 		return out, nil
 	}
-	return out, a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
+	a.Metrics.ActionLeg("cancellations", legOutcome(err))
+	return out, err
+}
+
+// legOutcome names a failed leg attempt for the metrics.
+func legOutcome(err error) string {
+	var app *temporal.ApplicationError
+	switch {
+	case errors.As(err, &app) && app.Type() == supportflow.ErrTypeLostClaim:
+		return "lost_claim"
+	case errors.As(err, &app) && app.NonRetryable():
+		return "rejected"
+	}
+	return "failed"
 }
 
 func ordered(all, subset []string) []string {

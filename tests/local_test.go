@@ -1,38 +1,178 @@
 package tests
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
 )
 
+// localEnv is the environment a new user has: none of the services'
+// settings, so the local run brings up its own; free ports for the API and
+// /metrics, so tests can run side by side.
+func localEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "DATABASE_URL", "TEMPORAL_ADDRESS", "ZENDESK_URL", "ZENDESK_SUBDOMAIN", "SUBSCRIPTIONS_URL", "MODEL_BASE_URL",
+			"BIGQUERY_PROJECT", "SUPPORTFLOW_API_TOKENS", "ZENDESK_WEBHOOK_SECRET", "SUPPORTFLOW_API_ADDR", "SUPPORTFLOW_METRICS_ADDR":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, append([]string{"SUPPORTFLOW_API_ADDR=127.0.0.1:0", "SUPPORTFLOW_METRICS_ADDR=127.0.0.1:0"}, extra...)...)
+}
+
 // The README's run command, as a new user runs it, in its -once mode: it
-// starts its own PostgreSQL and dev server, the stand-ins and the worker,
-// drafts the demo tickets, approves one, and checks exactly one comment
-// and one cancellation per subscription landed.
+// starts its own PostgreSQL and dev server, the stand-ins, the worker and
+// the API, drives the demo tickets through webhook -> enrichment -> draft,
+// approves one, and checks exactly one comment and one cancellation per
+// subscription landed.
 func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", "github.com/supportflow/supportflow/internal/cmd/local", "-once", "-state", t.TempDir())
-	var env []string
-	for _, kv := range os.Environ() {
-		switch strings.SplitN(kv, "=", 2)[0] {
-		case "DATABASE_URL", "TEMPORAL_ADDRESS", "ZENDESK_URL", "ZENDESK_SUBDOMAIN", "SUBSCRIPTIONS_URL", "MODEL_BASE_URL":
-			continue // the local run must bring up its own
-		}
-		env = append(env, kv)
-	}
-	cmd.Env = env
+	cmd.Env = localEnv()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "demo draft approved and applied: 1 comment, 2 cancellations")
 	assert.Contains(t, string(out), "==> ready")
 	assert.Contains(t, string(out), "Temporal Web UI: http://127.0.0.1:")
+	assert.Contains(t, string(out), "SupportflowTicketID", "the Web UI link is filtered to the demo tickets")
+	assert.Contains(t, string(out), "==> stopped cleanly")
+}
+
+var (
+	reAPI      = regexp.MustCompile(`==> api: (http://\S+)`)
+	reToken    = regexp.MustCompile(`==> api token: (\S+)`)
+	reMetrics  = regexp.MustCompile(`==> metrics: (http://\S+)`)
+	reProposal = regexp.MustCompile(`==> ticket (\d+): proposal (\S+) awaits approval`)
+)
+
+// The local run as a user leaves it running: it reaches ready with the
+// demo drafts awaiting approval; one is approved over the HTTP API with
+// the printed token and command; /metrics shows Temporal's and
+// supportflow's metrics; SIGINT stops it cleanly within the drain timeout.
+func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "local")
+	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/internal/cmd/local")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	const drain = 5 * time.Second
+	cmd := exec.Command(bin, "-state", t.TempDir())
+	cmd.Env = localEnv("SUPPORTFLOW_DRAIN_TIMEOUT=" + drain.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	var mu sync.Mutex
+	var lines []string
+	readyCh := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		once := sync.Once{}
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "==> press Ctrl-C to stop") {
+				once.Do(func() { close(readyCh) })
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	output := func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(lines, "\n") }
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("local run output:\n%s", output())
+		}
+	})
+	select {
+	case <-readyCh:
+	case err := <-exited:
+		t.Fatalf("the local run exited before ready: %v", err)
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the local run never reached ready")
+	}
+	out := output()
+	apiURL, token, metricsURL := reAPI.FindStringSubmatch(out), reToken.FindStringSubmatch(out), reMetrics.FindStringSubmatch(out)
+	require.NotNil(t, apiURL, out)
+	require.NotNil(t, token, out)
+	require.NotNil(t, metricsURL, out)
+	props := reProposal.FindAllStringSubmatch(out, -1)
+	require.Len(t, props, 3, "three demo drafts await approval")
+	assert.Contains(t, out, "approve: curl -s -X POST -H 'Authorization: Bearer "+token[1])
+
+	get := func(u string, auth bool) (int, string) {
+		req, _ := http.NewRequest("GET", u, nil)
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+token[1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	ticket, proposal := props[0][1], props[0][2]
+	req, _ := http.NewRequest("POST", apiURL[1]+"/proposals/"+proposal+"/approve", strings.NewReader(`{"approved_by":"test"}`))
+	req.Header.Set("Authorization", "Bearer "+token[1])
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		code, body := get(fmt.Sprintf("%s/tickets/%s/draft", apiURL[1], ticket), true)
+		var st supportflow.DraftStatus
+		return code == 200 && json.Unmarshal([]byte(body), &st) == nil && st.State == supportflow.DraftDone
+	}, time.Minute, 100*time.Millisecond, "the approved draft finished")
+	code, body := get(fmt.Sprintf("%s/actions/%s", apiURL[1], supportflow.ActionKey(proposal, 0)), true)
+	require.Equal(t, 200, code, body)
+	assert.Contains(t, body, `"state":"applied"`)
+
+	code, metrics := get(metricsURL[1], false)
+	require.Equal(t, 200, code)
+	for _, want := range []string{
+		`supportflow_action_legs_total{leg="zendesk",outcome="posted"} 1`,
+		`supportflow_action_legs_total{leg="cancellations",outcome="cancelled"} 1`,
+		`supportflow_enrichment_lookups_total{outcome="found"} 3`,
+		`supportflow_drafts_total{outcome="generated"} 3`,
+		"temporal_request",
+		"temporal_workflow_completed",
+	} {
+		assert.Contains(t, metrics, want)
+	}
+
+	stopped := time.Now()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "a clean exit")
+	case <-time.After(drain + 20*time.Second):
+		t.Fatal("the local run did not stop within the drain timeout")
+	}
+	t.Logf("stopped in %s", time.Since(stopped).Round(time.Millisecond))
+	assert.Contains(t, output(), "==> stopped cleanly")
 }

@@ -10,11 +10,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/workerapp"
 	"github.com/supportflow/supportflow/migrations"
 )
@@ -57,7 +60,10 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		return workerapp.RunAPI(ctx, cfg, config.NewLogger(os.Stderr, cfg.LogLevel), nil)
+		logger := config.NewLogger(os.Stderr, cfg.LogLevel)
+		return withTelemetry(ctx, "supportflow-api", cfg.MetricsAddr, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
+			return workerapp.RunAPI(ctx, cfg, logger, tel, nil)
+		})
 	}
 	if len(args) > 0 {
 		usage()
@@ -68,5 +74,37 @@ func run(args []string) error {
 		return err
 	}
 	logger := config.NewLogger(os.Stderr, cfg.LogLevel)
-	return workerapp.Run(ctx, cfg, logger)
+	return withTelemetry(ctx, "supportflow-worker", cfg.MetricsAddr, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
+		return workerapp.Run(ctx, cfg, logger, tel)
+	})
+}
+
+// withTelemetry runs fn with the process's telemetry, serving /metrics on
+// metricsAddr (when set) and flushing traces on the way out.
+func withTelemetry(ctx context.Context, service, metricsAddr, otlp string, logger *slog.Logger, fn func(*telemetry.Telemetry) error) error {
+	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: otlp})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(shutdownCtx); err != nil {
+			logger.Warn("telemetry shutdown", "error", err)
+		}
+	}()
+	if metricsAddr != "" {
+		ready := make(chan string, 1)
+		go func() {
+			if err := telemetry.Serve(ctx, metricsAddr, tel.Handler(), ready); err != nil {
+				logger.Error("metrics endpoint failed", "addr", metricsAddr, "error", err)
+			}
+		}()
+		select {
+		case addr := <-ready:
+			logger.Info("metrics at /metrics", "addr", addr, "tracing", tel.Tracing())
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return fn(tel)
 }

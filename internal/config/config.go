@@ -45,6 +45,8 @@ var Vars = []Var{
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
 	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
 	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
+	{Name: "SUPPORTFLOW_METRICS_ADDR", Default: ":9090", Help: "address of the Prometheus /metrics endpoint (empty: off)"},
+	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Help: "OTLP/gRPC collector for traces (host:port or URL); tracing is off when empty"},
 	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
 	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
 }
@@ -72,6 +74,8 @@ type Worker struct {
 	Account            string
 	DrainTimeout       time.Duration
 	LogLevel           string
+	MetricsAddr        string
+	OTLPEndpoint       string
 	Durations          policy.Durations
 }
 
@@ -109,6 +113,11 @@ func LoadWorker() (Worker, error) {
 		EnrichmentMode:     get("SUPPORTFLOW_ENRICHMENT_MODE", supportflow.EnrichmentShadow),
 		Account:            get("SUPPORTFLOW_ACCOUNT", ""),
 		LogLevel:           get("SUPPORTFLOW_LOG_LEVEL", "info"),
+		MetricsAddr:        os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
+		OTLPEndpoint:       get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+	}
+	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
+		c.MetricsAddr = ":9090"
 	}
 	var errs []error
 	missing := func(name, v string) {
@@ -202,6 +211,8 @@ type API struct {
 	Tokens            []string
 	WebhookSecret     string
 	LogLevel          string
+	MetricsAddr       string
+	OTLPEndpoint      string
 }
 
 // LoadAPI reads the API's configuration, reporting every problem by name
@@ -222,6 +233,11 @@ func LoadAPI() (API, error) {
 		Addr:              get("SUPPORTFLOW_API_ADDR", ":8080"),
 		WebhookSecret:     os.Getenv("ZENDESK_WEBHOOK_SECRET"),
 		LogLevel:          get("SUPPORTFLOW_LOG_LEVEL", "info"),
+		MetricsAddr:       os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
+		OTLPEndpoint:      get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+	}
+	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
+		c.MetricsAddr = ":9090"
 	}
 	for _, t := range strings.Split(os.Getenv("SUPPORTFLOW_API_TOKENS"), ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/heartbeat"
+	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // Lookuper is what the lookup needs from BigQuery. Its context carries the
@@ -39,6 +40,8 @@ type Activities struct {
 	Retention time.Duration
 	// Logger receives operational logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics counts lookups and dead letters; nil counts nothing.
+	Metrics *telemetry.Metrics
 }
 
 // LookupInput names the ticket to look up.
@@ -99,6 +102,7 @@ func (a *Activities) LookupCustomer(ctx context.Context, in LookupInput) (Lookup
 	case !out.Found:
 		outcome = OutcomeNotFound
 	}
+	a.Metrics.Lookup(outcome)
 	// Even when the attempt is being torn down, its row gets its outcome.
 	if ferr := a.Store.FinishAttempt(context.WithoutCancel(ctx), att, outcome, msg, out.JobID); ferr != nil {
 		a.log().Warn("finishing the lookup log failed", "ticket_id", in.TicketID, "error", ferr)
@@ -185,6 +189,11 @@ type DeadLetterInput struct {
 
 // DeadLetterTicket writes (or replaces) the ticket's dead-letter row.
 func (a *Activities) DeadLetterTicket(ctx context.Context, in DeadLetterInput) error {
+	reason := "retries_exhausted"
+	if in.Attempts <= 1 {
+		reason = "not_retryable"
+	}
+	a.Metrics.DeadLetter(reason)
 	return a.Store.PutDeadLetter(ctx, in.TicketID, in.RequesterID, in.Attempts, clip(in.LastError, 4000), clip(in.Reason, 1000))
 }
 

@@ -23,14 +23,22 @@ type RetryAfter interface {
 // RetryDelay for the attempt that failed, raised to the error's Retry-After
 // when it has one. Non-retryable errors and cancellations pass through
 // untouched. Register it on every worker (and test environment).
-func NewRetryInterceptor(d Durations) interceptor.WorkerInterceptor {
-	return &retryInterceptor{d: d, rand: rand.Float64}
+//
+// onRetry, if given, is called with the activity type for every failure
+// it annotates for a retry (the metrics count them).
+func NewRetryInterceptor(d Durations, onRetry ...func(activityType string)) interceptor.WorkerInterceptor {
+	r := &retryInterceptor{d: d, rand: rand.Float64}
+	if len(onRetry) > 0 {
+		r.onRetry = onRetry[0]
+	}
+	return r
 }
 
 type retryInterceptor struct {
 	interceptor.WorkerInterceptorBase
-	d    Durations
-	rand func() float64
+	d       Durations
+	rand    func() float64
+	onRetry func(activityType string)
 }
 
 func (r *retryInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
@@ -47,7 +55,12 @@ func (a *retryActivityInbound) ExecuteActivity(ctx context.Context, in *intercep
 	if err == nil {
 		return res, nil
 	}
-	return res, a.r.annotate(err, activity.GetInfo(ctx).Attempt)
+	info := activity.GetInfo(ctx)
+	annotated := a.r.annotate(err, info.Attempt)
+	if annotated != err && a.r.onRetry != nil {
+		a.r.onRetry(info.ActivityType.Name)
+	}
+	return res, annotated
 }
 
 // annotate returns err with its next retry delay set, or err unchanged when

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
@@ -23,7 +23,7 @@ import (
 // RunAPI serves the HTTP API until ctx ends, then shuts down gracefully
 // (in-flight requests get up to 10 s; SSE streams are cut). ready, if not
 // nil, receives the listening address once it listens.
-func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready chan<- string) error {
+func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telemetry.Telemetry, ready chan<- string) error {
 	if _, err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready chan
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: sdklog.NewStructuredLogger(logger)})
+	c, err := client.DialContext(ctx, ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, logger, tel))
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
@@ -30,8 +31,10 @@ import (
 )
 
 // Run runs a worker until ctx ends. Configuration errors are returned
-// before anything connects.
-func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
+// before anything connects. tel (may be nil) receives the SDK's metrics,
+// traces workflows and activities when tracing is on, and counts the
+// project's own outcomes.
+func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telemetry.Telemetry) error {
 	version, err := migrations.MigrateURL(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -71,23 +74,23 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger) error {
 	}
 	defer bq.Close()
 
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.TemporalNamespace,
-		Logger:    sdklog.NewStructuredLogger(logger),
-	})
+	c, err := client.DialContext(ctx, ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, logger, tel))
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}
 	defer c.Close()
 
-	w := worker.New(c, cfg.TaskQueue, Options(cfg))
+	m := metricsOf(tel)
+	w := worker.New(c, cfg.TaskQueue, Options(cfg, m))
 	(&workflows.Workflows{Durations: cfg.Durations, EnrichmentMode: cfg.EnrichmentMode}).Register(w)
-	w.RegisterActivity(EnrichmentActivities(cfg, pool, bq, logger))
+	ea := EnrichmentActivities(cfg, pool, bq, logger)
+	ea.Metrics = m
+	w.RegisterActivity(ea)
 	w.RegisterActivity(&activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
 		Model:         mdl,
+		Metrics:       m,
 		Ledger:        ledger.New(pool, cfg.Account),
 		Durations:     cfg.Durations,
 		Logger:        logger,
@@ -121,15 +124,35 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 	}
 }
 
+// ClientOptions are the Temporal client options of every supportflow
+// process: structured logs through slog, and (with telemetry) the SDK's
+// metrics and the OpenTelemetry tracing interceptor.
+func ClientOptions(address, namespace string, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
+	o := client.Options{HostPort: address, Namespace: namespace, Logger: sdklog.NewStructuredLogger(logger)}
+	if tel != nil {
+		o.MetricsHandler = tel.TemporalMetrics()
+		o.Interceptors = tel.ClientInterceptors()
+	}
+	return o
+}
+
 // Options are the worker options every supportflow worker (and test
 // environment) uses: the retry interceptor, heartbeats sent at the
 // configured interval rather than throttled to 80% of the timeout, and the
 // drain timeout.
-func Options(cfg config.Worker) worker.Options {
+func Options(cfg config.Worker, m *telemetry.Metrics) worker.Options {
 	d := cfg.Durations.Fill()
 	return worker.Options{
-		Interceptors:                 []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(d)},
+		Interceptors:                 []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(d, m.Retry)},
 		MaxHeartbeatThrottleInterval: d.HeartbeatInterval,
 		WorkerStopTimeout:            cfg.DrainTimeout,
 	}
+}
+
+// metricsOf is tel's project metrics, nil without telemetry.
+func metricsOf(tel *telemetry.Telemetry) *telemetry.Metrics {
+	if tel == nil {
+		return nil
+	}
+	return tel.Metrics()
 }

@@ -1,51 +1,64 @@
-// Command local runs supportflow on one machine: a throwaway PostgreSQL
-// (or DATABASE_URL), the Temporal dev server with its Web UI and
-// supportflow's search attributes (or TEMPORAL_ADDRESS), stand-ins for
-// Zendesk, the subscription service and the model (or the real ones, as
-// soon as ZENDESK_URL/ZENDESK_SUBDOMAIN, SUBSCRIPTIONS_URL and
-// MODEL_BASE_URL are set), the worker and the scan schedule. With the
-// stand-ins it seeds demo tickets: one is drafted, approved and executed
-// end to end, one is left awaiting approval. It then prints what to open
-// and waits for Ctrl-C, which stops everything, letting the worker drain.
+// Command local runs all of supportflow on one machine: a throwaway
+// PostgreSQL (or DATABASE_URL), the Temporal dev server with its Web UI and
+// supportflow's search attributes, persisting to a local file (or
+// TEMPORAL_ADDRESS), stand-ins for Zendesk, the subscription service,
+// BigQuery and the model (each replaced by the real service as soon as its
+// settings are given), the worker, the HTTP API with the Zendesk webhook,
+// the schedules and a /metrics endpoint. With the stand-ins it seeds demo
+// tickets and drives them through webhook -> enrichment -> draft, then
+// prints what to open and how to approve a draft. Ctrl-C stops everything,
+// letting the worker drain.
 //
 //	go run ./internal/cmd/local          run until Ctrl-C
-//	go run ./internal/cmd/local -once    run the demo, check it, exit
+//	go run ./internal/cmd/local -once    run the demo, approve one draft, check it, exit
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/workerapp"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
 )
 
 func main() {
-	once := flag.Bool("once", false, "run the demo proposal, verify it, and exit")
+	once := flag.Bool("once", false, "run the demo, approve one draft, verify it, and exit")
 	stateDir := flag.String("state", ".local", "directory for the dev server's history and logs (kept across runs)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: go run ./internal/cmd/local [-once] [-state DIR]\n\n")
 		flag.PrintDefaults()
 		fmt.Fprintf(os.Stderr, "\nEnvironment (unset services are started locally or replaced by stand-ins):\n")
 		config.PrintHelp(os.Stderr)
+		config.PrintAPIHelp(os.Stderr)
 	}
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -57,6 +70,28 @@ func main() {
 }
 
 func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+
+// setDefault sets an unset variable and reports whether it did.
+func setDefault(name, value string) bool {
+	if _, ok := os.LookupEnv(name); ok {
+		return false
+	}
+	os.Setenv(name, value)
+	return true
+}
+
+func randomSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type stack struct {
+	zd       *standin.Zendesk
+	subs     *standin.Subscriptions
+	bq       *standin.BigQuery
+	standins bool
+}
 
 func run(ctx context.Context, once bool, stateDir string) error {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
@@ -74,6 +109,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
+		say("stopped cleanly")
 	}()
 
 	if os.Getenv("DATABASE_URL") == "" {
@@ -99,101 +135,125 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		os.Setenv("TEMPORAL_ADDRESS", tmp.Address)
 		uiURL = tmp.UIURL
 	}
-
-	zd := standin.NewZendesk("agent@example.test", "local-zendesk-token")
-	subs := standin.NewSubscriptions("local-subscriptions-token")
-	usingStandins := false
-	if os.Getenv("ZENDESK_URL") == "" && os.Getenv("ZENDESK_SUBDOMAIN") == "" {
-		srv, err := standin.Listen(zd, "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { srv.Close() })
-		os.Setenv("ZENDESK_URL", srv.URL())
-		os.Setenv("ZENDESK_EMAIL", "agent@example.test")
-		os.Setenv("ZENDESK_API_TOKEN", "local-zendesk-token")
-		say("Zendesk stand-in at %s", srv.URL())
-		usingStandins = true
+	st, err := startStandins(&cleanups)
+	if err != nil {
+		return err
 	}
-	if os.Getenv("SUBSCRIPTIONS_URL") == "" {
-		srv, err := standin.Listen(subs, "127.0.0.1:0")
-		if err != nil {
-			return err
+	if st.standins {
+		// The product waits 10 minutes after a new ticket for BigQuery's
+		// replication; the demo's stand-in has no lag.
+		if setDefault("SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "2s") && setDefault("SUPPORTFLOW_ENRICH_UPDATE_DELAY", "1s") {
+			say("enrichment delays shortened to 2s/1s for the demo (the product's are 10m/2m)")
 		}
-		cleanups = append(cleanups, func() { srv.Close() })
-		os.Setenv("SUBSCRIPTIONS_URL", srv.URL())
-		os.Setenv("SUBSCRIPTIONS_TOKEN", "local-subscriptions-token")
-		say("subscription-service stand-in at %s", srv.URL())
 	}
-
-	if os.Getenv("MODEL_BASE_URL") == "" {
-		srv, err := standin.Listen(standin.NewModel("local-model-key"), "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { srv.Close() })
-		os.Setenv("MODEL_BASE_URL", srv.URL()+"/v1")
-		os.Setenv("MODEL_API_KEY", "local-model-key")
-		os.Setenv("MODEL_NAME", "standin")
-		say("model stand-in at %s", srv.URL())
+	generated := false
+	if setDefault("SUPPORTFLOW_API_TOKENS", randomSecret()) {
+		generated = true
 	}
-
-	bq := standin.NewBigQuery("local-analytics")
-	if os.Getenv("BIGQUERY_PROJECT") == "" {
-		srv, err := standin.Listen(bq, "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { srv.Close() })
-		os.Setenv("BIGQUERY_ENDPOINT", srv.URL()+"/bigquery/v2/")
-		os.Setenv("BIGQUERY_PROJECT", "local-analytics")
-		os.Setenv("BIGQUERY_DATASET", "commerce")
-		say("BigQuery stand-in at %s", srv.URL())
-	}
+	setDefault("ZENDESK_WEBHOOK_SECRET", randomSecret())
+	setDefault("SUPPORTFLOW_API_ADDR", "127.0.0.1:8080")
+	setDefault("SUPPORTFLOW_METRICS_ADDR", "127.0.0.1:9090")
 
 	cfg, err := config.LoadWorker()
 	if err != nil {
 		return err
 	}
-	// Migrate before anything reads the schema; the worker's own migration
-	// then finds nothing to do.
+	apiCfg, err := config.LoadAPI()
+	if err != nil {
+		return err
+	}
+	// Migrate before anything reads the schema.
 	if _, err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
 		return err
 	}
-	workerCtx, stopWorker := context.WithCancel(context.Background())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- workerapp.Run(workerCtx, cfg, logger) }()
+
+	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: "supportflow-local", OTLPEndpoint: cfg.OTLPEndpoint})
+	if err != nil {
+		return err
+	}
 	cleanups = append(cleanups, func() {
-		say("stopping the worker (draining up to %s)", cfg.DrainTimeout)
-		stopWorker()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	})
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	metricsReady := make(chan string, 1)
+	go func() {
+		if err := telemetry.Serve(bgCtx, cfg.MetricsAddr, tel.Handler(), metricsReady); err != nil {
+			logger.Error("metrics endpoint", "error", err)
+		}
+	}()
+
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- workerapp.Run(bgCtx, cfg, logger, tel) }()
+	apiReady := make(chan string, 1)
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- workerapp.RunAPI(bgCtx, apiCfg, logger, tel, apiReady) }()
+	cleanups = append(cleanups, func() {
+		say("stopping the API and the worker (draining up to %s)", cfg.DrainTimeout)
+		stopBackground()
+		<-apiDone
 		<-workerDone
 	})
+	var apiAddr, metricsAddr string
+	select {
+	case apiAddr = <-apiReady:
+	case err := <-apiDone:
+		return fmt.Errorf("api: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+	select {
+	case metricsAddr = <-metricsReady:
+	case <-time.After(10 * time.Second):
+		return errors.New("the metrics endpoint did not start")
+	}
+	apiURL := "http://" + apiAddr
 
-	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quiet()})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
-	if err := st.EnsureSchedules(ctx, cfg.Durations.ScanInterval); err != nil {
+	if uiURL != "" {
+		// Closed histories are kept as long as the tables' rows.
+		if _, err := c.WorkflowService().UpdateNamespace(ctx, &workflowservice.UpdateNamespaceRequest{
+			Namespace: cfg.TemporalNamespace,
+			Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(cfg.Durations.Retention)},
+		}); err != nil {
+			logger.Warn("setting the namespace retention", "error", err)
+		}
+	}
+	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
+	if err := s.EnsureSchedules(ctx, cfg.Durations.ScanInterval); err != nil {
 		return err
 	}
-	say("scan schedule %s runs every %s", supportflow.ScanScheduleID, cfg.Durations.ScanInterval)
+	say("schedules: %s every %s, %s daily", supportflow.ScanScheduleID, cfg.Durations.ScanInterval, supportflow.PruneScheduleID)
 
-	if usingStandins {
-		pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	var tickets []int64
+	if st.standins {
+		tickets, err = demo(ctx, s, st, apiURL, apiCfg.Tokens[0], apiCfg.WebhookSecret, cfg.TemporalAddress, once)
 		if err != nil {
-			return err
-		}
-		defer pool.Close()
-		if err := demo(ctx, st, ledger.New(pool, cfg.Account), zd, subs); err != nil {
 			return err
 		}
 	}
 	say("ready")
 	if uiURL != "" {
-		say("Temporal Web UI: %s/namespaces/%s/workflows", uiURL, cfg.TemporalNamespace)
+		link := fmt.Sprintf("%s/namespaces/%s/workflows", uiURL, cfg.TemporalNamespace)
+		if len(tickets) > 0 {
+			var ids []string
+			for _, t := range tickets {
+				ids = append(ids, fmt.Sprintf("'%d'", t))
+			}
+			link += "?query=" + url.QueryEscape(fmt.Sprintf("%s IN (%s)", supportflow.SearchAttrTicketID, strings.Join(ids, ", ")))
+		}
+		say("Temporal Web UI: %s", link)
 	}
+	say("api: %s", apiURL)
+	if generated {
+		say("api token: %s", apiCfg.Tokens[0])
+	}
+	say("metrics: http://%s/metrics", metricsAddr)
 	say("logs: %s", logFile.Name())
 	if once {
 		return nil
@@ -205,78 +265,205 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	case err := <-workerDone:
 		workerDone <- err
 		return fmt.Errorf("worker stopped: %w", err)
+	case err := <-apiDone:
+		apiDone <- err
+		return fmt.Errorf("api stopped: %w", err)
 	}
 }
 
-// demo seeds two tickets on the stand-ins. The first customer asks to
-// cancel both plans: its draft is approved and executed (one public reply,
-// both cancellations), and checked. The second is drafted and left
-// awaiting approval, for the Web UI. Ticket IDs come from the clock, so a
-// restarted local run never meets an earlier run's drafts.
-func demo(ctx context.Context, st *starter.Starter, l *ledger.Ledger, zd *standin.Zendesk, subs *standin.Subscriptions) error {
-	base := time.Now().Unix() * 10
-	ticket := zd.AddTicket(standin.Ticket{ID: base, Subject: "Please cancel my subscriptions",
-		Description: "I'd like to cancel both of my plans.", RequesterName: "Dana"})
-	subs.AddSubscription("demo-sub-1", "demo-customer")
-	subs.AddSubscription("demo-sub-2", "demo-customer")
-	if err := l.PutEnrichment(ctx, ticket, ledger.Enrichment{CustomerID: "demo-customer", LifetimeOrders: 12,
-		ActiveSubscriptions: []string{"demo-sub-1", "demo-sub-2"}}); err != nil {
-		return err
-	}
-	other := zd.AddTicket(standin.Ticket{ID: base + 1, Subject: "Late delivery",
-		Description: "My box has not arrived yet.", RequesterName: "Lee"})
+// quiet discards the SDK's own logs in the local run's client.
+func quiet() sdklog.Logger {
+	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
 
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	var awaiting supportflow.DraftStatus
-	for _, id := range []int64{ticket, other} {
-		if _, err := st.StartDraft(ctx, id, "demo"); err != nil {
-			return err
-		}
-		s, err := waitDraft(waitCtx, st, id, supportflow.DraftAwaitingApproval)
+// startStandins starts a stand-in for every service without settings.
+func startStandins(cleanups *[]func()) (*stack, error) {
+	st := &stack{
+		zd: standin.NewZendesk("agent@example.test", "local-zendesk-token"), subs: standin.NewSubscriptions("local-subscriptions-token"),
+		bq: standin.NewBigQuery("local-analytics"),
+	}
+	listen := func(name string, h http.Handler) (string, error) {
+		srv, err := standin.Listen(h, "127.0.0.1:0")
 		if err != nil {
-			return err
+			return "", err
 		}
-		say("ticket %d: draft %s awaits approval: %q (cancel %v)", id, s.Proposal.ID, s.Proposal.Reply, s.Proposal.CancelSubscriptions)
-		if id == ticket {
-			awaiting = s
+		*cleanups = append(*cleanups, func() { srv.Close() })
+		say("%s stand-in at %s", name, srv.URL())
+		return srv.URL(), nil
+	}
+	if os.Getenv("ZENDESK_URL") == "" && os.Getenv("ZENDESK_SUBDOMAIN") == "" {
+		u, err := listen("Zendesk", st.zd)
+		if err != nil {
+			return nil, err
+		}
+		os.Setenv("ZENDESK_URL", u)
+		os.Setenv("ZENDESK_EMAIL", "agent@example.test")
+		os.Setenv("ZENDESK_API_TOKEN", "local-zendesk-token")
+		st.standins = true
+	}
+	if os.Getenv("SUBSCRIPTIONS_URL") == "" {
+		u, err := listen("subscription-service", st.subs)
+		if err != nil {
+			return nil, err
+		}
+		os.Setenv("SUBSCRIPTIONS_URL", u)
+		os.Setenv("SUBSCRIPTIONS_TOKEN", "local-subscriptions-token")
+	}
+	if os.Getenv("MODEL_BASE_URL") == "" {
+		u, err := listen("model", standin.NewModel("local-model-key"))
+		if err != nil {
+			return nil, err
+		}
+		os.Setenv("MODEL_BASE_URL", u+"/v1")
+		os.Setenv("MODEL_API_KEY", "local-model-key")
+		os.Setenv("MODEL_NAME", "standin")
+	}
+	if os.Getenv("BIGQUERY_PROJECT") == "" {
+		u, err := listen("BigQuery", st.bq)
+		if err != nil {
+			return nil, err
+		}
+		os.Setenv("BIGQUERY_ENDPOINT", u+"/bigquery/v2/")
+		os.Setenv("BIGQUERY_PROJECT", "local-analytics")
+		os.Setenv("BIGQUERY_DATASET", "commerce")
+	}
+	return st, nil
+}
+
+// demoTicket is one seeded ticket.
+type demoTicket struct {
+	subject, body, name string
+	subs                []string
+}
+
+var demoTickets = []demoTicket{
+	{"Please cancel my subscriptions", "I'd like to cancel both of my plans, please.", "Dana", []string{"demo-sub-1", "demo-sub-2"}},
+	{"Late delivery", "My box has not arrived yet. Where is it?", "Lee", []string{"demo-sub-3"}},
+	{"Charged twice", "I see two charges this month.", "Kim", nil},
+}
+
+// demo seeds the demo tickets on the stand-ins and drives each through
+// the front door: a signed Zendesk webhook (mirror + enrichment), then a
+// draft requested over the HTTP API, until it awaits approval. It prints
+// how to approve each. With once, it approves the first over the API and
+// checks that exactly one comment and one cancellation per subscription
+// landed. Ticket IDs come from the clock, so a restarted local run never
+// meets an earlier run's workflows.
+func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, secret, temporalAddr string, once bool) ([]int64, error) {
+	base := time.Now().Unix() * 10
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var ids []int64
+	proposals := map[int64]string{}
+	for i, d := range demoTickets {
+		requester := base*10 + int64(i)
+		t := standin.Ticket{ID: base + int64(i), Subject: d.subject, Description: d.body, RequesterID: requester, RequesterName: d.name, Status: "new"}
+		st.zd.AddTicket(t)
+		for _, sub := range d.subs {
+			st.subs.AddSubscription(sub, fmt.Sprintf("demo-customer-%d", i))
+		}
+		st.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: fmt.Sprintf("demo-customer-%d", i), Email: strings.ToLower(d.name) + "@example.test",
+			Orders: int64(3 + 4*i), ActiveSubscriptions: d.subs})
+		ids = append(ids, t.ID)
+
+		body, _ := json.Marshal(api.WebhookEvent{Event: "ticket.created",
+			Ticket:  api.WebhookTicket{ID: t.ID, Subject: t.Subject, Status: t.Status, RequesterID: requester, UpdatedAt: time.Now().UTC()},
+			Comment: &api.WebhookComment{AuthorID: requester, Public: true, CreatedAt: time.Now().UTC()}})
+		stamp := time.Now().UTC().Format(time.RFC3339)
+		if err := post(ctx, apiURL+"/webhooks/zendesk", "", body, http.Header{
+			api.SignatureHeader: {api.Sign(secret, stamp, body)}, api.SignatureTimestampHeader: {stamp}}, http.StatusAccepted); err != nil {
+			return ids, fmt.Errorf("demo webhook for ticket %d: %w", t.ID, err)
+		}
+		say("ticket %d (%q): webhook accepted; enrichment waits for its delay", t.ID, t.Subject)
+	}
+	for _, id := range ids {
+		if err := waitFor(ctx, func() (bool, error) {
+			e, err := s.EnrichmentStatus(ctx, id)
+			return err == nil && e.State == supportflow.EnrichEnriched, nil
+		}); err != nil {
+			return ids, fmt.Errorf("demo: ticket %d was not enriched: %w", id, err)
+		}
+		if err := post(ctx, fmt.Sprintf("%s/tickets/%d/drafts", apiURL, id), token, nil, nil, http.StatusAccepted); err != nil {
+			return ids, fmt.Errorf("demo: draft of ticket %d: %w", id, err)
 		}
 	}
-	res, err := st.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: awaiting.Proposal.ID, ApprovedBy: "local-demo"})
+	for _, id := range ids {
+		var d supportflow.DraftStatus
+		if err := waitFor(ctx, func() (bool, error) {
+			var err error
+			d, err = s.DraftStatus(ctx, id)
+			if err == nil && supportflow.DraftTerminal(d.State) {
+				return false, fmt.Errorf("the draft ended %s: %s", d.State, d.Error)
+			}
+			return err == nil && d.State == supportflow.DraftAwaitingApproval, nil
+		}); err != nil {
+			return ids, fmt.Errorf("demo: ticket %d: %w", id, err)
+		}
+		proposals[id] = d.Proposal.ID
+		say("ticket %d: proposal %s awaits approval: %q (cancel %v)", id, d.Proposal.ID, d.Proposal.Reply, d.Proposal.CancelSubscriptions)
+		say("  approve: curl -s -X POST -H 'Authorization: Bearer %s' %s/proposals/%s/approve", token, apiURL, d.Proposal.ID)
+		say("  or:      TEMPORAL_ADDRESS=%s go run ./starter/cmd/starter approve %d %s", temporalAddr, id, d.Proposal.ID)
+	}
+	if !once {
+		return ids, nil
+	}
+	first := ids[0]
+	if err := post(ctx, apiURL+"/proposals/"+proposals[first]+"/approve", token, []byte(`{"approved_by":"local-demo"}`), nil, http.StatusOK); err != nil {
+		return ids, fmt.Errorf("demo: approve: %w", err)
+	}
+	if err := waitFor(ctx, func() (bool, error) {
+		d, err := s.DraftStatus(ctx, first)
+		return err == nil && d.State == supportflow.DraftDone, nil
+	}); err != nil {
+		return ids, fmt.Errorf("demo: the approved draft of ticket %d did not finish: %w", first, err)
+	}
+	if n := st.zd.CommentCount(first); n != 1 {
+		return ids, fmt.Errorf("demo: %d comments on ticket %d, want exactly 1", n, first)
+	}
+	for _, sub := range demoTickets[0].subs {
+		if n := st.subs.Cancellations(sub); n != 1 {
+			return ids, fmt.Errorf("demo: %s cancelled %d times, want exactly 1", sub, n)
+		}
+	}
+	say("demo draft approved and applied: 1 comment, 2 cancellations (ticket %d)", first)
+	return ids, nil
+}
+
+func post(ctx context.Context, u, token string, body []byte, h http.Header, want int) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", u, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	say("approved %s; executing as %s", awaiting.Proposal.ID, res.ExecutionWorkflowID)
-	if _, err := waitDraft(waitCtx, st, ticket, supportflow.DraftDone); err != nil {
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
 		return err
 	}
-	if n := zd.CommentCount(ticket); n != 1 {
-		return fmt.Errorf("demo: %d comments on ticket %d, want exactly 1", n, ticket)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
 	}
-	for _, id := range []string{"demo-sub-1", "demo-sub-2"} {
-		if n := subs.Cancellations(id); n != 1 {
-			return fmt.Errorf("demo: %s cancelled %d times, want exactly 1", id, n)
-		}
-	}
-	say("demo draft approved and applied: 1 comment, 2 cancellations (ticket %d)", ticket)
-	say("ticket %d is left awaiting approval: find it in the Web UI with %s = '%s'", other, supportflow.SearchAttrState, supportflow.DraftAwaitingApproval)
 	return nil
 }
 
-// waitDraft polls a draft until it reaches state, or fails saying where it
-// stopped.
-func waitDraft(ctx context.Context, st *starter.Starter, ticket int64, state string) (supportflow.DraftStatus, error) {
+func waitFor(ctx context.Context, cond func() (bool, error)) error {
 	for {
-		s, err := st.DraftStatus(ctx, ticket)
-		if err == nil && s.State == state {
-			return s, nil
+		ok, err := cond()
+		if err != nil {
+			return err
 		}
-		if err == nil && supportflow.DraftTerminal(s.State) {
-			return s, fmt.Errorf("demo: the draft of ticket %d ended %s: %s", ticket, s.State, s.Error)
+		if ok {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return s, fmt.Errorf("demo: the draft of ticket %d is %q, not %s: %w", ticket, s.State, state, ctx.Err())
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
