@@ -28,15 +28,17 @@ const repoRoot = "../.."
 // variable docker-compose.yml takes from it. The values are distinctive, so
 // a test can tell that a setting came from here and not from the file.
 var hostEnv = map[string]string{
-	"POSTGRES_PASSWORD":   "host-postgres-password",
-	"ZENDESK_SUBDOMAIN":   "host-subdomain",
-	"ZENDESK_EMAIL":       "host-agent@example.com",
-	"ZENDESK_API_TOKEN":   "host-zendesk-token",
-	"SUBSCRIPTIONS_URL":   "https://host-subscriptions.example.com",
-	"SUBSCRIPTIONS_TOKEN": "host-subscriptions-token",
-	"MODEL_API_KEY":       "host-model-key",
-	"BIGQUERY_PROJECT":    "host-analytics",
-	"BIGQUERY_DATASET":    "host_commerce",
+	"POSTGRES_PASSWORD":      "host-postgres-password",
+	"ZENDESK_SUBDOMAIN":      "host-subdomain",
+	"ZENDESK_EMAIL":          "host-agent@example.com",
+	"ZENDESK_API_TOKEN":      "host-zendesk-token",
+	"SUBSCRIPTIONS_URL":      "https://host-subscriptions.example.com",
+	"SUBSCRIPTIONS_TOKEN":    "host-subscriptions-token",
+	"MODEL_API_KEY":          "host-model-key",
+	"BIGQUERY_PROJECT":       "host-analytics",
+	"BIGQUERY_DATASET":       "host_commerce",
+	"SUPPORTFLOW_API_TOKENS": "host-api-token-0123456789",
+	"ZENDESK_WEBHOOK_SECRET": "host-webhook-secret",
 }
 
 // The services docker-compose.yml must define.
@@ -46,6 +48,7 @@ const (
 	temporalUIService = "temporal-ui"
 	workerService     = "worker"
 	setupService      = "temporal-setup"
+	apiService        = "api"
 )
 
 // loadCompose loads, interpolates, validates (against the compose schema
@@ -416,5 +419,64 @@ func TestComposeRegistersSearchAttributes(t *testing.T) {
 	w := service(t, p, workerService)
 	if d, ok := w.DependsOn[setupService]; !ok || d.Condition != "service_completed_successfully" {
 		t.Errorf("worker must start after %s completed successfully, got %+v", setupService, w.DependsOn)
+	}
+}
+
+// TestComposeAPIService checks the HTTP API service: the same image as the
+// worker running `api`, started once its dependencies are healthy and the
+// search attributes exist, published, health-checked on /readyz, with only
+// variables the API reads, secrets from the host, and the worker's ledger
+// account.
+func TestComposeAPIService(t *testing.T) {
+	p := project(t)
+	a := service(t, p, apiService)
+	if a.Build == nil {
+		t.Fatalf("api: no build section; it must build from the repository like the worker")
+	}
+	if !slices.Equal([]string(a.Command), []string{"api"}) {
+		t.Errorf("api: command %q, want [api]", a.Command)
+	}
+	for dep, cond := range map[string]string{
+		postgresService: types.ServiceConditionHealthy, temporalService: types.ServiceConditionHealthy,
+		setupService: types.ServiceConditionCompletedSuccessfully,
+	} {
+		if d, ok := a.DependsOn[dep]; !ok || d.Condition != cond {
+			t.Errorf("api: depends on %s with %+v, want %s", dep, d, cond)
+		}
+	}
+	if hc := a.HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "probe") || !strings.Contains(strings.Join(hc.Test, " "), "/readyz") {
+		t.Errorf("api: healthcheck %+v must probe /readyz", a.HealthCheck)
+	}
+	known := map[string]bool{}
+	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
+		known[v.Name] = true
+	}
+	e := env(a)
+	for name := range e {
+		if !known[name] {
+			t.Errorf("api: %s is not a variable the API reads", name)
+		}
+	}
+	for _, secret := range []string{"SUPPORTFLOW_API_TOKENS", "ZENDESK_WEBHOOK_SECRET"} {
+		if e[secret] != hostEnv[secret] {
+			t.Errorf("api: %s is not taken from the host", secret)
+		}
+	}
+	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
+		t.Setenv(v.Name, e[v.Name])
+	}
+	cfg, err := config.LoadAPI()
+	if err != nil {
+		t.Fatalf("the API rejects the compose file's environment: %v", err)
+	}
+	if w := workerConfig(t, service(t, p, workerService)); w.Account != cfg.Account {
+		t.Errorf("api account %q differs from the worker's %q: approvals would look in another ledger", cfg.Account, w.Account)
+	}
+	_, port, _ := strings.Cut(cfg.Addr, ":")
+	if !slices.ContainsFunc(a.Ports, func(pc types.ServicePortConfig) bool { return strconv.Itoa(int(pc.Target)) == port }) {
+		t.Errorf("api: listens on %s but does not publish it (ports %+v)", cfg.Addr, a.Ports)
+	}
+	if hc := service(t, p, workerService).HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "/metrics") {
+		t.Errorf("worker: healthcheck %+v must probe its /metrics endpoint", hc)
 	}
 }
