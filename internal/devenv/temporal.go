@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -40,6 +41,9 @@ type TemporalOptions struct {
 	// Progress receives progress lines if the CLI has to be built first.
 	// nil discards them.
 	Progress io.Writer
+	// DynamicConfig adds dynamic config values (key -> value as the CLI's
+	// --dynamic-config-value takes them, e.g. "true").
+	DynamicConfig map[string]string
 }
 
 // Temporal is a running Temporal dev server started by StartTemporal.
@@ -88,6 +92,9 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 			// server spreads a few tasks thin and dispatch gets slower.
 			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+		}
+		for _, k := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
+			args = append(args, "--dynamic-config-value", k+"="+opts.DynamicConfig[k])
 		}
 		uiURL := ""
 		if opts.UI {

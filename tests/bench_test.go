@@ -1,0 +1,53 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The README's bench command at its tiny size, so it cannot rot: it brings
+// up its own stack, measures every figure, prints the table and writes the
+// JSON. Its figures are reported, not asserted, except what is exact: the
+// burst merges into one lookup per ticket, and the lifecycle posts.
+func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.CommandContext(ctx, "go", "run", "-C", "../bench", ".", "-size", "tiny", "-json", out)
+	cmd.Env = localEnv()
+	table, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", table)
+	for _, want := range []string{"1. approve -> reply posted", "2. enrichment", "3. ledger per action", "4. worker RSS",
+		"5. one ticket's lifecycle", "6. floor: no-op Temporal workflow", "floor: River no-op job", "GOAL"} {
+		assert.Contains(t, string(table), want)
+	}
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var r struct {
+		Approve    struct{ N int }                    `json:"approve_to_posted_sequential"`
+		Enrichment struct{ Lookups, Tickets int }     `json:"enrichment"`
+		Ledger     struct{ CommitsPerAction float64 } `json:"ledger"`
+		Memory     struct{ RSSMB float64 }            `json:"worker_memory"`
+		Lifecycle  struct{ TotalEvents, Actions int } `json:"ticket_lifecycle"`
+		River      struct {
+			JobsPerSec float64 `json:"jobs_per_second"`
+		} `json:"river_floor"`
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	assert.Positive(t, r.Approve.N)
+	assert.Equal(t, r.Enrichment.Tickets, r.Enrichment.Lookups, "the burst merged into one lookup per ticket")
+	assert.Positive(t, r.Ledger.CommitsPerAction)
+	assert.Positive(t, r.Memory.RSSMB)
+	assert.Positive(t, r.Lifecycle.TotalEvents)
+	assert.Positive(t, r.Lifecycle.Actions)
+	assert.Positive(t, r.River.JobsPerSec)
+}
