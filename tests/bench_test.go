@@ -33,21 +33,36 @@ func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
 	var r struct {
-		Approve    struct{ N int }                    `json:"approve_to_posted_sequential"`
-		Enrichment struct{ Lookups, Tickets int }     `json:"enrichment"`
-		Ledger     struct{ CommitsPerAction float64 } `json:"ledger"`
-		Memory     struct{ RSSMB float64 }            `json:"worker_memory"`
-		Lifecycle  struct{ TotalEvents, Actions int } `json:"ticket_lifecycle"`
-		River      struct {
+		Approve struct {
+			N int `json:"n"`
+		} `json:"approve_to_posted_sequential"`
+		Enrichment struct {
+			PerSecond float64 `json:"lookups_per_second"`
+			Lookups   int     `json:"burst_lookups"`
+			Tickets   int     `json:"tickets"`
+		} `json:"enrichment"`
+		Ledger struct {
+			Commits float64 `json:"commits_per_action"`
+		} `json:"ledger"`
+		Memory struct {
+			RSSMB float64 `json:"rss_mb"`
+		} `json:"worker_memory"`
+		Lifecycle struct {
+			Events  int `json:"total_history_events"`
+			Actions int `json:"actions"`
+		} `json:"ticket_lifecycle"`
+		River struct {
 			JobsPerSec float64 `json:"jobs_per_second"`
 		} `json:"river_floor"`
 	}
 	require.NoError(t, json.Unmarshal(b, &r))
 	assert.Positive(t, r.Approve.N)
+	assert.Positive(t, r.Enrichment.Tickets)
 	assert.Equal(t, r.Enrichment.Tickets, r.Enrichment.Lookups, "the burst merged into one lookup per ticket")
-	assert.Positive(t, r.Ledger.CommitsPerAction)
+	assert.Positive(t, r.Enrichment.PerSecond)
+	assert.Positive(t, r.Ledger.Commits)
 	assert.Positive(t, r.Memory.RSSMB)
-	assert.Positive(t, r.Lifecycle.TotalEvents)
+	assert.Positive(t, r.Lifecycle.Events)
 	assert.Positive(t, r.Lifecycle.Actions)
 	assert.Positive(t, r.River.JobsPerSec)
 }

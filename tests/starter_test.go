@@ -46,9 +46,12 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 	for name, err := range map[string]error{
 		"draft of ticket 0":   func() error { _, err := s.starter.StartDraft(ctx, 0, "x"); return err }(),
 		"status of ticket -1": func() error { _, err := s.starter.DraftStatus(ctx, -1); return err }(),
-		"approve a bad id":    func() error { _, err := s.starter.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: "a b"}); return err }(),
-		"reject a bad id":     s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: ""}),
-		"supersede ticket 0":  func() error { _, err := s.starter.Supersede(ctx, 0, supportflow.TicketActivity{}); return err }(),
+		"approve a bad id": func() error {
+			_, err := s.starter.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: "a b"})
+			return err
+		}(),
+		"reject a bad id":    s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: ""}),
+		"supersede ticket 0": func() error { _, err := s.starter.Supersede(ctx, 0, supportflow.TicketActivity{}); return err }(),
 		"event of a bad kind": func() error {
 			_, err := s.starter.RecordTicketEvent(ctx, supportflow.TicketEvent{TicketID: ticket, Kind: "deleted"})
 			return err
