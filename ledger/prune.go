@@ -16,13 +16,20 @@ type Pruned map[string]int64
 // Prune deletes this account's terminal rows last changed before cutoff:
 // actions that are applied, failed or partial_failure (with their
 // cancellation rows) and proposals that are done, rejected, superseded,
-// expired or failed. A row still pending or applying, or a proposal
-// awaiting approval or executing, is never deleted, however old.
+// expired or failed, except a ticket's newest proposal. A row still
+// pending or applying, or a proposal awaiting approval or executing, is
+// never deleted, however old.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
 	out := Pruned{}
 	for table, where := range map[string]string{
 		"action":   `state IN ('applied', 'failed', 'partial_failure')`,
-		"proposal": `state IN ('done', 'rejected', 'superseded', 'expired', 'failed')`,
+		// A ticket's newest proposal is kept however old: the scan reads it
+		// as "this comment was already drafted", and deleting it would
+		// draft a month-old message again.
+		"proposal": `state IN ('done', 'rejected', 'superseded', 'expired', 'failed')
+      AND EXISTS (SELECT 1 FROM proposal newer WHERE newer.account = proposal.account
+                  AND newer.ticket_id = proposal.ticket_id
+                  AND (newer.conversation_through, newer.created_at) > (proposal.conversation_through, proposal.created_at))`,
 	} {
 		n, err := pruneTable(ctx, l.db, table, l.account, where, "updated_at", cutoff)
 		out[table] = n

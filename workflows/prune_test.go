@@ -38,16 +38,25 @@ func TestPruneRetention_DeletesOnlyOldTerminalRows(t *testing.T) {
 		exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state, updated_at)
 VALUES ($1, $2, $3, 0, 7, true, $4, $5)`, acct, a.key, pid, a.state, a.at)
 	}
-	for _, p := range []struct {
+	for i, p := range []struct {
 		id, state string
+		ticket    int64
 		at        time.Time
 	}{
-		{"p-done", "done", old}, {"p-expired", "expired", old}, {"p-awaiting", "awaiting_approval", old},
-		{"p-executing", "executing", old}, {"p-new-done", "done", time.Now()},
+		{"p-done", "done", 7, old}, {"p-expired", "expired", 7, old}, {"p-awaiting", "awaiting_approval", 7, old},
+		{"p-executing", "executing", 7, old}, {"p-new-done", "done", 7, time.Now()},
+		// Ticket 8's only proposal is old and rejected: kept, or the scan
+		// would draft the ticket's month-old comment again.
+		{"p-only-of-8", "rejected", 8, old},
 	} {
 		exec(`INSERT INTO proposal (account, proposal_id, ticket_id, state, reply, conversation_through, updated_at)
-VALUES ($1, $2, 7, $3, 'r', now(), $4)`, acct, p.id, p.state, p.at)
+VALUES ($1, $2, $3, $4, 'r', now() + make_interval(secs => $5), $6)`, acct, p.id, p.ticket, p.state, i, p.at)
 	}
+	// Another account's old terminal rows are not this worker's to prune.
+	exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state, updated_at)
+VALUES ('other', 'old-applied:0', 'old-applied', 0, 7, true, 'applied', $1)`, old)
+	exec(`INSERT INTO lookup_log (account, ticket_id, workflow_id, run_id, activity_id, attempt, outcome, started_at, finished_at)
+VALUES ('other', 7, 'w', 'r', '1', 1, 'found', $1, $1)`, old)
 	for _, l := range []struct {
 		outcome string
 		at      time.Time
@@ -75,7 +84,9 @@ VALUES ($1, 7, 'w', gen_random_uuid()::text, '1', 1, $2, $3, CASE WHEN $2 = 'run
 		}
 		return out
 	}
-	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"}, left(`SELECT key FROM action`))
-	assert.ElementsMatch(t, []string{"p-awaiting", "p-executing", "p-new-done"}, left(`SELECT proposal_id FROM proposal`))
-	assert.ElementsMatch(t, []string{"running", "found"}, left(`SELECT outcome FROM lookup_log`))
+	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"}, left(`SELECT key FROM action WHERE account = 'acme'`))
+	assert.ElementsMatch(t, []string{"p-awaiting", "p-executing", "p-new-done", "p-only-of-8"}, left(`SELECT proposal_id FROM proposal`))
+	assert.ElementsMatch(t, []string{"running", "found"}, left(`SELECT outcome FROM lookup_log WHERE account = 'acme'`))
+	assert.Equal(t, []string{"old-applied:0"}, left(`SELECT key FROM action WHERE account = 'other'`), "another account's rows are untouched")
+	assert.Equal(t, []string{"found"}, left(`SELECT outcome FROM lookup_log WHERE account = 'other'`))
 }

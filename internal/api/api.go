@@ -28,6 +28,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,6 +55,9 @@ type Config struct {
 	// KeepAlive is how often an idle SSE stream sends a comment; 0 means
 	// 15 s.
 	KeepAlive time.Duration
+	// MaxStream bounds one SSE stream; the browser's EventSource then
+	// reconnects. 0 means 10 minutes.
+	MaxStream time.Duration
 }
 
 // Server serves the API. Build it with New.
@@ -67,7 +71,13 @@ type Server struct {
 	log      *slog.Logger
 	now      func() time.Time
 	mux      *http.ServeMux
+	closing  chan struct{}
+	close    sync.Once
 }
+
+// Close ends the open SSE streams; http.Server.Shutdown does not wait for
+// them otherwise.
+func (s *Server) Close() { s.close.Do(func() { close(s.closing) }) }
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("api: configuration")
@@ -93,10 +103,13 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 15 * time.Second
 	}
+	if cfg.MaxStream == 0 {
+		cfg.MaxStream = 10 * time.Minute
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux(), closing: make(chan struct{})}
 	for _, t := range cfg.Tokens {
 		if len(t) < 16 {
 			return nil, fmt.Errorf("%w: API tokens must be at least 16 characters", ErrConfig)
@@ -184,7 +197,7 @@ func ticketID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 // decode reads a JSON body strictly: capped, one object, no unknown
 // fields. An empty body leaves v as it is when emptyOK.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	body, err := s.readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -195,6 +208,16 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 		return false
 	}
 	return s.decodeBytes(w, body, v, emptyOK)
+}
+
+// bodyReadTimeout bounds reading a request body, so a client trickling
+// bytes cannot hold a connection.
+const bodyReadTimeout = 10 * time.Second
+
+// readBody reads a capped body within bodyReadTimeout.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 }
 
 func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK bool) bool {

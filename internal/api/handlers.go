@@ -113,8 +113,9 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	last := ""
 	lastWrite := time.Now()
-	poll := time.NewTicker(s.cfg.PollInterval)
-	defer poll.Stop()
+	end := time.NewTimer(s.cfg.MaxStream)
+	defer end.Stop()
+	wait := s.cfg.PollInterval
 	for {
 		if key := eventKey(st); key != last {
 			if err := writeEvent(w, "draft", st); err != nil {
@@ -129,7 +130,11 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-poll.C:
+		case <-s.closing:
+			return
+		case <-end.C:
+			return // the browser reconnects
+		case <-time.After(wait):
 		}
 		if time.Since(lastWrite) >= s.cfg.KeepAlive {
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
@@ -139,10 +144,21 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 			lastWrite = time.Now()
 		}
 		next, err := s.starter.DraftStatus(r.Context(), id)
-		if err != nil {
-			continue // a transient read error: try again on the next tick
+		switch {
+		case errors.Is(err, starter.ErrNoDraft):
+			return
+		case err != nil:
+			// A transient read error: back off, up to 5 s.
+			wait = min(2*wait, 5*time.Second)
+			continue
 		}
 		st = next
+		// Progress changes only while gathering or drafting; waiting for a
+		// human is polled gently.
+		wait = s.cfg.PollInterval
+		if st.State != supportflow.DraftGathering && st.State != supportflow.DraftDrafting {
+			wait = max(wait, 2*time.Second)
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -92,7 +91,7 @@ type WebhookAccepted struct {
 // under its advisory lock and records the ticket event: enrichment, and
 // the supersede of a running draft when the customer wrote.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	body, err := s.readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -140,7 +139,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	res, err := s.applyWebhook(r.Context(), ev)
 	if err != nil {
 		// Let Zendesk's retry of this delivery through.
-		if _, derr := s.pool.Exec(context.WithoutCancel(r.Context()), `DELETE FROM webhook_delivery WHERE signature = $1`, sig); derr != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		defer cancel()
+		if _, derr := s.pool.Exec(rctx, `DELETE FROM webhook_delivery WHERE signature = $1`, sig); derr != nil {
 			s.log.Warn("releasing a failed webhook delivery", "error", derr)
 		}
 		s.internal(w, r, err)
@@ -150,14 +151,16 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 }
 
 // claimDelivery records a signature; false when it was already there.
-// Deliveries older than twice the skew bound are pruned on the way.
+// Deliveries older than three times the skew bound are pruned on the way:
+// a delivery is refused after MaxSkew by its timestamp, and the extra
+// MaxSkew covers replicas whose clocks differ from the database's.
 func (s *Server) claimDelivery(ctx context.Context, sig string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO webhook_delivery (signature) VALUES ($1) ON CONFLICT DO NOTHING`, sig)
 	if err != nil {
 		return false, err
 	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM webhook_delivery WHERE received_at < now() - $1::interval`,
-		(2 * s.cfg.MaxSkew).String()); err != nil {
+		(3 * s.cfg.MaxSkew).String()); err != nil {
 		s.log.Warn("pruning webhook deliveries", "error", err)
 	}
 	return tag.RowsAffected() == 1, nil
@@ -182,8 +185,11 @@ func (s *Server) applyWebhook(ctx context.Context, ev WebhookEvent) (WebhookAcce
 	if ev.Event == "ticket.created" {
 		kind = supportflow.TicketCreated
 	}
+	// Only news supersedes a draft: an older copy of the ticket (out of
+	// order) or a retried delivery leaves the mirror unchanged and must not
+	// throw away a proposal that already covered the comment.
 	te := supportflow.TicketEvent{TicketID: ev.Ticket.ID, Kind: kind, At: ev.Ticket.UpdatedAt,
-		RequesterID: ev.Ticket.RequesterID, CustomerActivity: customer && kind == supportflow.TicketUpdated}
+		RequesterID: ev.Ticket.RequesterID, CustomerActivity: customer && mirrored && kind == supportflow.TicketUpdated}
 	if _, err := s.starter.RecordTicketEvent(ctx, te); err != nil {
 		return WebhookAccepted{}, err
 	}

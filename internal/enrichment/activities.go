@@ -104,7 +104,9 @@ func (a *Activities) LookupCustomer(ctx context.Context, in LookupInput) (Lookup
 	}
 	a.Metrics.Lookup(outcome)
 	// Even when the attempt is being torn down, its row gets its outcome.
-	if ferr := a.Store.FinishAttempt(context.WithoutCancel(ctx), att, outcome, msg, out.JobID); ferr != nil {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if ferr := a.Store.FinishAttempt(fctx, att, outcome, msg, out.JobID); ferr != nil {
 		a.log().Warn("finishing the lookup log failed", "ticket_id", in.TicketID, "error", ferr)
 	}
 	if err != nil {

@@ -46,7 +46,10 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	// Requests do not inherit ctx: Shutdown lets in-flight ones finish
+	// (an approval half-way through its Update must not be cut off).
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(srv.Close)
 	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account)
 	if ready != nil {
 		ready <- ln.Addr().String()

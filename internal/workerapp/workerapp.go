@@ -98,12 +98,18 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
 		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)
-	if err := w.Start(); err != nil {
+	// Run returns on ctx's end (after draining) or on a fatal error (the
+	// namespace is gone, credentials were revoked), which then ends the
+	// process rather than leaving a worker that polls nothing.
+	interrupt := make(chan any)
+	go func() {
+		<-ctx.Done()
+		logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
+		close(interrupt)
+	}()
+	if err := w.Run(interrupt); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	<-ctx.Done()
-	logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
-	w.Stop()
 	logger.Info("worker stopped")
 	return nil
 }

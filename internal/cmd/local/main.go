@@ -63,6 +63,8 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first Ctrl-C starts the clean stop, a second one kills.
+	go func() { <-ctx.Done(); stop() }()
 	if err := run(ctx, *once, *stateDir); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(1)
