@@ -22,7 +22,7 @@ type Pruned map[string]int64
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
 	out := Pruned{}
 	for table, where := range map[string]string{
-		"action":   `state IN ('applied', 'failed', 'partial_failure')`,
+		"action": `state IN ('applied', 'failed', 'partial_failure')`,
 		// A ticket's newest proposal is kept however old: the scan reads it
 		// as "this comment was already drafted", and deleting it would
 		// draft a month-old message again.
@@ -39,7 +39,6 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
 	}
 	return out, nil
 }
-
 
 // pruneTable deletes matching rows in batches until none are left. table,
 // where and column are constants of this package, never input.

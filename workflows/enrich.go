@@ -30,8 +30,9 @@ const lookupsPerRun = 25
 // A lookup runs no earlier than EnrichNewTicketDelay (10 min) after a new
 // ticket, or EnrichUpdateDelay (2 min) after activity on an existing one.
 // Events that arrive while it waits merge into that one lookup, the wait
-// recomputed from the newest event; events that arrive during a lookup
-// cause one more lookup after it. With nothing pending, the run ends
+// recomputed from the newest event, but never more than another
+// EnrichNewTicketDelay past the oldest pending event's due time; events
+// that arrive during a lookup cause one more lookup after it. With nothing pending, the run ends
 // (enriched); the next event starts a new run. After lookupsPerRun lookups
 // it continues as new, so history stays bounded.
 //
@@ -55,7 +56,16 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		err := fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, req.TicketID)
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
+	// The delays are read once per run and recorded in history (a side
+	// effect), so a configuration change never makes a replay take a
+	// different path than the run did.
 	d := w.durations()
+	var delays enrichDelays
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		return enrichDelays{NewTicket: d.EnrichNewTicketDelay, Update: d.EnrichUpdateDelay}
+	}).Get(&delays); err != nil {
+		return st, err
+	}
 	setState := func(s string) {
 		st.State = s
 		_ = workflow.UpsertTypedSearchAttributes(ctx, stateKey.ValueSet(s), ticketKey.ValueSet(strconv.FormatInt(req.TicketID, 10)))
@@ -95,10 +105,18 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			})
 		}
 		// Wait until the newest event's delay has passed, merging events
-		// that arrive meanwhile.
+		// that arrive meanwhile; a ticket that never goes quiet is looked
+		// up no later than maxDefer after its oldest pending event's due
+		// time. A long wait with many events continues as new when Temporal
+		// suggests it, carrying the events.
 		setState(supportflow.EnrichWaiting)
 		for {
-			due := dueAt(events, d)
+			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+				return st, workflow.NewContinueAsNewError(ctx, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{
+					TicketID: req.TicketID, Pending: events, Lookups: st.Lookups,
+				})
+			}
+			due := dueAt(events, delays)
 			st.NextLookupAt, st.Merged = due, len(events)
 			wait := due.Sub(workflow.Now(ctx))
 			if wait <= 0 {
@@ -158,23 +176,37 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 	}
 }
 
+// enrichDelays are the waits an enrichment run uses, recorded at its start.
+type enrichDelays struct {
+	NewTicket time.Duration `json:"new_ticket"`
+	Update    time.Duration `json:"update"`
+}
+
 // dueAt is when a lookup covering events may run: each event's time plus
-// its kind's delay, the latest of them.
-func dueAt(events []supportflow.TicketEvent, d policy.Durations) time.Time {
-	var due time.Time
-	for _, ev := range events {
+// its kind's delay, the latest of them, but no later than maxDefer (the
+// new-ticket delay) after the earliest of them, so a ticket updated every
+// minute is still looked up.
+func dueAt(events []supportflow.TicketEvent, d enrichDelays) time.Time {
+	var latest, earliest time.Time
+	for i, ev := range events {
 		t := ev.At
 		switch ev.Kind {
 		case supportflow.TicketCreated:
-			t = t.Add(d.EnrichNewTicketDelay)
+			t = t.Add(d.NewTicket)
 		case supportflow.TicketUpdated:
-			t = t.Add(d.EnrichUpdateDelay)
+			t = t.Add(d.Update)
 		}
-		if t.After(due) {
-			due = t
+		if i == 0 || t.After(latest) {
+			latest = t
+		}
+		if i == 0 || t.Before(earliest) {
+			earliest = t
 		}
 	}
-	return due
+	if limit := earliest.Add(d.NewTicket); latest.After(limit) {
+		return limit
+	}
+	return latest
 }
 
 // mode reads the worker's enrichment mode once per lookup, recorded in

@@ -252,3 +252,27 @@ func TestEnrichTicket_EachAttemptWritesOneLookupLogRow(t *testing.T) {
 	assert.NotEmpty(t, log[2].JobID)
 	assert.GreaterOrEqual(t, w.h.BigQuery.Queries(), 3)
 }
+
+// A ticket that never goes quiet (an automation updates it every 90 s) is
+// still looked up: no later than 10 minutes past its oldest pending
+// event's due time, and again for the events after that.
+func TestEnrichTicket_BusyTicketIsNotPutOffForever(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	l := w.recordLookups()
+	start := w.env.Now()
+	for i := 1; i <= 40; i++ { // an hour of updates
+		w.env.RegisterDelayedCallback(func() {
+			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, w.env.Now()))
+		}, time.Duration(i)*90*time.Second)
+	}
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketCreated, start)}})
+	require.NoError(t, w.env.GetWorkflowError())
+	require.GreaterOrEqual(t, len(l.at), 3, "lookups kept happening during the hour")
+	// The earliest due time is the first update's (90 s + 2 min); the
+	// lookup is deferred at most 10 min past it, and never earlier than
+	// the new ticket's 10 min.
+	assert.InDelta(t, float64(90*time.Second+2*time.Minute+10*time.Minute), float64(l.at[0].Sub(start)), float64(time.Second))
+	assert.GreaterOrEqual(t, l.at[0].Sub(start), 10*time.Minute, "BigQuery's replication lag is still respected")
+}
