@@ -381,6 +381,12 @@ func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, sec
 	for _, id := range ids {
 		if err := waitFor(ctx, func() (bool, error) {
 			e, err := s.EnrichmentStatus(ctx, id)
+			if err == nil && e.State == supportflow.EnrichEnriched && !e.Found {
+				return false, fmt.Errorf("the lookup found no customer (%+v)", e)
+			}
+			if err == nil && e.State == supportflow.EnrichDeadLetter {
+				return false, fmt.Errorf("the lookup was dead-lettered: %s", e.Error)
+			}
 			return err == nil && e.State == supportflow.EnrichEnriched, nil
 		}); err != nil {
 			return ids, fmt.Errorf("demo: ticket %d was not enriched: %w", id, err)
