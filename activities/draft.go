@@ -304,9 +304,11 @@ func (a *Activities) SetProposalState(ctx context.Context, in ProposalStateInput
 }
 
 // FindDraftCandidates lists up to limit tickets that need a draft (see
-// ledger.DraftCandidates).
+// ledger.DraftCandidates). A ticket not yet enriched waits the new-ticket
+// enrichment delay plus 5 minutes before it is drafted without its data.
 func (a *Activities) FindDraftCandidates(ctx context.Context, limit int) ([]int64, error) {
-	ids, err := a.Ledger.DraftCandidates(ctx, limit)
+	d := a.Durations.Fill()
+	ids, err := a.Ledger.DraftCandidates(ctx, limit, d.EnrichNewTicketDelay+5*time.Minute)
 	if errors.Is(err, supportflow.ErrInvalidInput) {
 		return nil, invalid(err)
 	}

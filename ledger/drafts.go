@@ -129,9 +129,12 @@ func (l *Ledger) CountProposals(ctx context.Context, ticketID int64) (int, error
 // DraftCandidates lists mirrored tickets that need a draft, oldest
 // customer comment first, at most limit: the ticket is new or open, the
 // customer spoke last (their newest comment is newer than the agents'),
-// and no proposal has seen that comment. Whether a draft is already
-// running is not known here; the scan's start joins a running draft.
-func (l *Ledger) DraftCandidates(ctx context.Context, limit int) ([]int64, error) {
+// no proposal has seen that comment, and the ticket is enriched or its
+// customer's comment is older than enrichmentGrace (so a draft waits for
+// the commerce data it proposes cancellations from, but not forever when
+// the lookup finds nothing). Whether a draft is already running is not
+// known here; the scan's start joins a running draft.
+func (l *Ledger) DraftCandidates(ctx context.Context, limit int, enrichmentGrace time.Duration) ([]int64, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: limit %d must be positive", supportflow.ErrInvalidInput, limit)
 	}
@@ -146,8 +149,10 @@ WHERE m.account = $1
       SELECT 1 FROM proposal p
       WHERE p.account = m.account AND p.ticket_id = m.ticket_id
         AND p.conversation_through >= m.last_customer_comment_at)
+  AND (EXISTS (SELECT 1 FROM ticket_enrichment e WHERE e.account = m.account AND e.ticket_id = m.ticket_id)
+       OR m.last_customer_comment_at < now() - $3::interval)
 ORDER BY m.last_customer_comment_at, m.ticket_id
-LIMIT $2`, l.account, limit)
+LIMIT $2`, l.account, limit, enrichmentGrace.String())
 	if err != nil {
 		return nil, fmt.Errorf("ledger: draft candidates: %w", err)
 	}

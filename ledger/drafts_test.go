@@ -147,7 +147,7 @@ func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 		require.NoError(t, err)
 	}
 	candidates := func() []int64 {
-		ids, err := l.DraftCandidates(ctx, 10)
+		ids, err := l.DraftCandidates(ctx, 10, time.Minute)
 		require.NoError(t, err)
 		return ids
 	}
@@ -163,7 +163,16 @@ func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, candidates(), "a proposal has seen the newest comment")
 
-	_, err = l.DraftCandidates(ctx, 0)
+	// A ticket the customer just wrote on waits for its enrichment; once
+	// enriched (or after the grace period) it is a candidate.
+	fresh := time.Now().UTC().Add(-10 * time.Second)
+	_, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 9, Status: "open", UpdatedAt: fresh, LastCustomerCommentAt: fresh})
+	require.NoError(t, err)
+	assert.NotContains(t, candidates(), int64(9), "waits for its enrichment")
+	require.NoError(t, l.PutEnrichment(ctx, 9, ledger.Enrichment{CustomerID: "c"}))
+	assert.Contains(t, candidates(), int64(9), "enriched: drafted with its data")
+
+	_, err = l.DraftCandidates(ctx, 0, time.Minute)
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
 }
 

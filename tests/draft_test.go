@@ -298,6 +298,7 @@ func TestScan_StartsEachDraftOnce(t *testing.T) {
 	for range 3 {
 		id := s.seedTicket("Hello?")
 		eligible = append(eligible, id)
+		require.NoError(t, s.ledger.PutEnrichment(ctx, id, ledger.Enrichment{CustomerID: "c"}))
 		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
 		require.NoError(t, err)
 	}
