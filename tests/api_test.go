@@ -82,7 +82,10 @@ func webhookBody(t *testing.T, event string, ticket standin.Ticket, comment *api
 // sse reads a draft's event stream, sending each status on the channel,
 // and closes it when the stream ends.
 func (c *apiClient) sse(ticket int64) <-chan supportflow.DraftStatus {
-	req, err := http.NewRequest("GET", fmt.Sprintf("%s/tickets/%d/draft/events", c.url, ticket), nil)
+	// A stream that never ends fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	c.t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/tickets/%d/draft/events", c.url, ticket), nil)
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+apiToken)
 	resp, err := http.DefaultClient.Do(req)
