@@ -75,3 +75,33 @@ func TestPrintHelp_ListsEveryVariable(t *testing.T) {
 		assert.Contains(t, b.String(), e.Name)
 	}
 }
+
+func TestPrintAPIHelp_ListsEveryAPIVariable(t *testing.T) {
+	var b bytes.Buffer
+	PrintAPIHelp(&b)
+	for _, v := range APIVars {
+		assert.Contains(t, b.String(), v.Name)
+	}
+}
+
+// The API refuses to start without its secrets, and reports them by name,
+// never by value.
+func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u:pw@db/sf")
+	t.Setenv("ZENDESK_SUBDOMAIN", "acme")
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "short")
+	t.Setenv("ZENDESK_WEBHOOK_SECRET", "")
+	_, err := LoadAPI()
+	require.ErrorIs(t, err, ErrConfig)
+	assert.ErrorContains(t, err, "SUPPORTFLOW_API_TOKENS")
+	assert.ErrorContains(t, err, "ZENDESK_WEBHOOK_SECRET")
+	assert.NotContains(t, err.Error(), "short", "a token's value is never echoed")
+
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "a-token-of-sixteen-chars, another-token-0123456")
+	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
+	c, err := LoadAPI()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a-token-of-sixteen-chars", "another-token-0123456"}, c.Tokens)
+	assert.Equal(t, "acme", c.Account, "the same account as the worker derives")
+	assert.Equal(t, ":8080", c.Addr)
+}
