@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/enrichment"
@@ -275,4 +276,31 @@ func TestEnrichTicket_BusyTicketIsNotPutOffForever(t *testing.T) {
 	// the new ticket's 10 min.
 	assert.InDelta(t, float64(90*time.Second+2*time.Minute+10*time.Minute), float64(l.at[0].Sub(start)), float64(time.Second))
 	assert.GreaterOrEqual(t, l.at[0].Sub(start), 10*time.Minute, "BigQuery's replication lag is still respected")
+}
+
+// A ticket with events after every lookup continues as new after 25
+// lookups, carrying its pending event and its lookup count, so its history
+// stays bounded.
+func TestEnrichTicket_ContinuesAsNewAfter25LookupsCarryingEvents(t *testing.T) {
+	w := newDraftWorld(t)
+	w.seedCustomer()
+	calls := 0
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+			calls++
+			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, time.Time{}))
+			return enrichment.LookupOutput{RunID: int64(calls), RequesterID: requester, Found: true}, nil
+		})
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7, Lookups: 3,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
+	require.True(t, w.env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, w.env.GetWorkflowError(), &can)
+	assert.Equal(t, 25, calls)
+	var next supportflow.EnrichRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	assert.Equal(t, int64(7), next.TicketID)
+	assert.Equal(t, 3+25, next.Lookups, "the count carries over")
+	require.Len(t, next.Pending, 1, "the event that arrived during the last lookup is carried, not lost")
+	assert.Equal(t, supportflow.TicketUpdated, next.Pending[0].Kind)
 }
