@@ -43,8 +43,8 @@ type DraftRequest struct {
 
 // Validate checks a draft request before anything is started.
 func (r DraftRequest) Validate() error {
-	if r.TicketID <= 0 {
-		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, r.TicketID)
+	if err := ValidateTicketID(r.TicketID); err != nil {
+		return err
 	}
 	if r.Supersedes != "" {
 		if err := ValidateProposalID(r.Supersedes); err != nil {
@@ -175,8 +175,8 @@ func (r EvaluationRequest) Validate() error {
 	}
 	seen := make(map[int64]bool, len(r.TicketIDs))
 	for _, id := range r.TicketIDs {
-		if id <= 0 {
-			return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, id)
+		if err := ValidateTicketID(id); err != nil {
+			return err
 		}
 		if seen[id] {
 			return fmt.Errorf("%w: ticket %d listed twice", ErrInvalidInput, id)

@@ -50,8 +50,8 @@ type TicketEvent struct {
 
 // Validate checks an event before anything is started.
 func (e TicketEvent) Validate() error {
-	if e.TicketID <= 0 {
-		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, e.TicketID)
+	if err := ValidateTicketID(e.TicketID); err != nil {
+		return err
 	}
 	switch e.Kind {
 	case TicketCreated, TicketUpdated, TicketRedrive:

@@ -182,6 +182,14 @@ var ErrInvalidInput = errors.New("invalid input")
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
+// ValidateTicketID reports whether id can be a Zendesk ticket ID.
+func ValidateTicketID(id int64) error {
+	if id <= 0 {
+		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, id)
+	}
+	return nil
+}
+
 // ValidateProposalID reports whether id can be used in workflow IDs and
 // action keys.
 func ValidateProposalID(id string) error {
@@ -213,8 +221,8 @@ func (p Proposal) Validate() error {
 
 // Validate checks one action.
 func (a Action) Validate() error {
-	if a.TicketID <= 0 {
-		return fmt.Errorf("%w: ticket id %d must be positive", ErrInvalidInput, a.TicketID)
+	if err := ValidateTicketID(a.TicketID); err != nil {
+		return err
 	}
 	if a.Comment == nil && len(a.CancelSubscriptions) == 0 {
 		return fmt.Errorf("%w: action has neither a comment nor subscriptions to cancel", ErrInvalidInput)

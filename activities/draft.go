@@ -56,8 +56,8 @@ type TicketContext struct {
 // (for evaluation) no agent reply after the customer spoke, is InvalidInput.
 // Everything else is retried under the one policy.
 func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (TicketContext, error) {
-	if in.TicketID <= 0 {
-		return TicketContext{}, invalid(fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, in.TicketID))
+	if err := supportflow.ValidateTicketID(in.TicketID); err != nil {
+		return TicketContext{}, invalid(err)
 	}
 	step := &progressOf[supportflow.DraftProgress]{v: supportflow.DraftProgress{Step: "loading ticket", Attempt: activity.GetInfo(ctx).Attempt}}
 	var out TicketContext

@@ -31,8 +31,8 @@ func (l *Ledger) SaveProposal(ctx context.Context, p supportflow.DraftProposal) 
 	if err := supportflow.ValidateProposalID(p.ID); err != nil {
 		return false, err
 	}
-	if p.TicketID <= 0 {
-		return false, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, p.TicketID)
+	if err := supportflow.ValidateTicketID(p.TicketID); err != nil {
+		return false, err
 	}
 	subs := p.CancelSubscriptions
 	if subs == nil {

@@ -72,8 +72,8 @@ var ErrNoDraft = errors.New("starter: the ticket has no draft")
 // see its activities' heartbeats, so the progress comes from the running
 // activity's heartbeat details, read from the server.
 func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.DraftStatus, error) {
-	if ticketID <= 0 {
-		return supportflow.DraftStatus{}, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	if err := supportflow.ValidateTicketID(ticketID); err != nil {
+		return supportflow.DraftStatus{}, err
 	}
 	id := supportflow.DraftWorkflowID(ticketID)
 	v, err := s.Client.QueryWorkflow(ctx, id, "", supportflow.DraftQuery)
@@ -153,8 +153,8 @@ func (s *Starter) Reject(ctx context.Context, ticketID int64, r supportflow.Reje
 }
 
 func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, result any) error {
-	if ticketID <= 0 {
-		return fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	if err := supportflow.ValidateTicketID(ticketID); err != nil {
+		return err
 	}
 	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   supportflow.DraftWorkflowID(ticketID),
@@ -191,8 +191,8 @@ func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, 
 // Supersede tells a ticket's running draft that the customer wrote again.
 // It reports false when no draft is running (nothing to supersede).
 func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow.TicketActivity) (bool, error) {
-	if ticketID <= 0 {
-		return false, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	if err := supportflow.ValidateTicketID(ticketID); err != nil {
+		return false, err
 	}
 	err := s.Client.SignalWorkflow(ctx, supportflow.DraftWorkflowID(ticketID), "", supportflow.SupersedeSignal, act)
 	var nf *serviceerror.NotFound

@@ -54,8 +54,8 @@ func (s *Starter) RedriveEnrichment(ctx context.Context, ticketID int64) error {
 // it, while it runs or after it closed.
 func (s *Starter) EnrichmentStatus(ctx context.Context, ticketID int64) (supportflow.EnrichmentStatus, error) {
 	var st supportflow.EnrichmentStatus
-	if ticketID <= 0 {
-		return st, fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, ticketID)
+	if err := supportflow.ValidateTicketID(ticketID); err != nil {
+		return st, err
 	}
 	v, err := s.Client.QueryWorkflow(ctx, supportflow.EnrichWorkflowID(ticketID), "", supportflow.EnrichmentQuery)
 	if err != nil {

@@ -54,11 +54,7 @@ func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal) (
 	// The start call does not say whether it joined; a running execution
 	// seen just before it is the one it joins. A start racing in between
 	// is reported as started, which is harmless: either way there is one.
-	running := ""
-	if d, err := s.Client.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
-		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		running = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	}
+	running := s.runningRun(ctx, id)
 	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                s.taskQueue(),

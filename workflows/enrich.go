@@ -52,8 +52,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 	}); err != nil {
 		return st, err
 	}
-	if req.TicketID <= 0 {
-		err := fmt.Errorf("%w: ticket id %d must be positive", supportflow.ErrInvalidInput, req.TicketID)
+	if err := supportflow.ValidateTicketID(req.TicketID); err != nil {
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	// The delays are read once per run and recorded in history (a side

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,7 +51,7 @@ func (s *Server) startDraft(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	d, err := s.starter.StartDraft(r.Context(), id, cmpOr(body.Reason, "api"))
+	d, err := s.starter.StartDraft(r.Context(), id, cmp.Or(body.Reason, "api"))
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -58,13 +59,6 @@ func (s *Server) startDraft(w http.ResponseWriter, r *http.Request) {
 	status := fmt.Sprintf("/tickets/%d/draft", id)
 	w.Header().Set("Location", status)
 	writeJSON(w, http.StatusAccepted, DraftStarted{WorkflowID: d.WorkflowID, RunID: d.RunID, Joined: d.Joined, StatusURL: status, EventsURL: status + "/events"})
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func (s *Server) getDraft(w http.ResponseWriter, r *http.Request) {
