@@ -16,6 +16,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/model"
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -223,7 +224,7 @@ func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, err
 	dec := json.NewDecoder(strings.NewReader(content))
 	var ans draftAnswer
 	if err := dec.Decode(&ans); err != nil {
-		return bad("the answer is not a JSON object (%v): %q", err, clip(content, 120))
+		return bad("the answer is not a JSON object (%v): %q", err, text.Clip(content, 120))
 	}
 	if dec.More() {
 		return bad("the answer has text after its JSON object")
@@ -247,7 +248,7 @@ func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, err
 	}
 	for i, s := range ans.CancelSubscriptions {
 		if !slices.Contains(allowed, s) {
-			return bad("subscription %q is not one of the customer's active subscriptions %v", clip(s, 64), allowed)
+			return bad("subscription %q is not one of the customer's active subscriptions %v", text.Clip(s, 64), allowed)
 		}
 		if slices.Contains(ans.CancelSubscriptions[:i], s) {
 			return bad("subscription %s listed twice", s)
@@ -259,13 +260,6 @@ func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, err
 		CancelSubscriptions: ans.CancelSubscriptions,
 		ConversationThrough: t.Conversation.Through(),
 	}, nil
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // SaveProposal stores a draft's proposal, idempotently: a retry after a
@@ -293,7 +287,7 @@ type ProposalStateInput struct {
 // never saved (a draft superseded while saving) is not an error: there is
 // nothing to mark.
 func (a *Activities) SetProposalState(ctx context.Context, in ProposalStateInput) error {
-	_, err := a.Ledger.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, clip(strings.ToValidUTF8(in.Error, ""), 4000))
+	_, err := a.Ledger.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, text.Clip(in.Error, 4000))
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil
 	}
@@ -330,7 +324,7 @@ type EvalResultInput struct {
 // (package eval) and stores the result; it returns the score (0 for a
 // failed ticket).
 func (a *Activities) RecordEvalResult(ctx context.Context, in EvalResultInput) (float64, error) {
-	r := ledger.EvalResult{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: clip(in.Error, 4000)}
+	r := ledger.EvalResult{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: text.Clip(in.Error, 4000)}
 	var score float64
 	if in.Error == "" {
 		score = eval.Score(in.Draft, in.ActualReply)

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -290,11 +290,7 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
 		return "", invalid(err)
 	}
-	msg := in.Error
-	if len(msg) > 4000 {
-		msg = msg[:4000] + "…"
-	}
-	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, strings.ToValidUTF8(msg, ""))
+	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000))
 	if err != nil {
 		return "", reserveError(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -187,7 +188,7 @@ var ticketPattern = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
 func ticketID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	raw := r.PathValue("id")
 	if !ticketPattern.MatchString(raw) {
-		problem(w, http.StatusBadRequest, "invalid-ticket-id", "Invalid ticket id", fmt.Sprintf("ticket id %q must be a positive decimal integer", clip(raw, 40)))
+		problem(w, http.StatusBadRequest, "invalid-ticket-id", "Invalid ticket id", fmt.Sprintf("ticket id %q must be a positive decimal integer", text.Clip(raw, 40)))
 		return 0, false
 	}
 	id, _ := strconv.ParseInt(raw, 10, 64)
@@ -243,13 +244,6 @@ func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK 
 		return false
 	}
 	return true
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // internal answers an unexpected error without leaking its details.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -227,7 +228,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := s.starter.Approve(r.Context(), p.TicketID, supportflow.ApproveRequest{ProposalID: p.ID, ApprovedBy: clip(body.ApprovedBy, 200)})
+	res, err := s.starter.Approve(r.Context(), p.TicketID, supportflow.ApproveRequest{ProposalID: p.ID, ApprovedBy: text.Clip(body.ApprovedBy, 200)})
 	if err != nil {
 		s.decisionError(w, r, err)
 		return
@@ -244,7 +245,7 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: clip(body.RejectedBy, 200), Reason: clip(body.Reason, 2000)})
+	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: text.Clip(body.RejectedBy, 200), Reason: text.Clip(body.Reason, 2000)})
 	if err != nil {
 		s.decisionError(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -61,7 +62,7 @@ func (e WebhookEvent) validate() error {
 	switch e.Event {
 	case "ticket.created", "ticket.updated":
 	default:
-		return fmt.Errorf("event %q must be ticket.created or ticket.updated", clip(e.Event, 40))
+		return fmt.Errorf("event %q must be ticket.created or ticket.updated", text.Clip(e.Event, 40))
 	}
 	if e.Ticket.ID <= 0 || e.Ticket.RequesterID < 0 {
 		return fmt.Errorf("ticket id %d must be positive and requester id %d not negative", e.Ticket.ID, e.Ticket.RequesterID)

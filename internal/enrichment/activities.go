@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -15,6 +14,7 @@ import (
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/heartbeat"
 	"github.com/supportflow/supportflow/internal/telemetry"
+	"github.com/supportflow/supportflow/internal/text"
 )
 
 // Lookuper is what the lookup needs from BigQuery. Its context carries the
@@ -98,7 +98,7 @@ func (a *Activities) LookupCustomer(ctx context.Context, in LookupInput) (Lookup
 	outcome, msg := OutcomeFound, ""
 	switch {
 	case err != nil:
-		outcome, msg = OutcomeError, clip(err.Error(), 2000)
+		outcome, msg = OutcomeError, text.Clip(err.Error(), 2000)
 	case !out.Found:
 		outcome = OutcomeNotFound
 	}
@@ -196,7 +196,7 @@ func (a *Activities) DeadLetterTicket(ctx context.Context, in DeadLetterInput) e
 		reason = "not_retryable"
 	}
 	a.Metrics.DeadLetter(reason)
-	return a.Store.PutDeadLetter(ctx, in.TicketID, in.RequesterID, in.Attempts, clip(in.LastError, 4000), clip(in.Reason, 1000))
+	return a.Store.PutDeadLetter(ctx, in.TicketID, in.RequesterID, in.Attempts, text.Clip(in.LastError, 4000), text.Clip(in.Reason, 1000))
 }
 
 func (a *Activities) log() *slog.Logger {
@@ -204,14 +204,6 @@ func (a *Activities) log() *slog.Logger {
 		return slog.Default()
 	}
 	return a.Logger
-}
-
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(s, "")
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // PruneEnrichment deletes finished enrichment rows older than Retention

@@ -23,6 +23,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/httpretry"
+	"github.com/supportflow/supportflow/internal/text"
 )
 
 // Config says which Zendesk account to talk to and how to authenticate.
@@ -208,7 +209,7 @@ func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
 func classify(ctx context.Context, op string, err error, write bool) error {
 	var zerr zendesk.Error
 	if errors.As(err, &zerr) {
-		e := &Error{Op: op, Status: zerr.Status(), Err: errors.New(truncate(zerr.Error(), 512))}
+		e := &Error{Op: op, Status: zerr.Status(), Err: errors.New(text.Clip(zerr.Error(), 512))}
 		e.RetryAfter = httpretry.RetryAfter(zerr.Headers(), time.Now())
 		e.MayLand = write && zerr.Status() >= 500 && zerr.Status() != http.StatusServiceUnavailable
 		return e
@@ -218,11 +219,4 @@ func classify(ctx context.Context, op string, err error, write bool) error {
 		err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
 	}
 	return &Error{Op: op, MayLand: write, Err: err}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
