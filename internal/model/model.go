@@ -40,6 +40,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/supportflow/supportflow/internal/httpretry"
+	"github.com/supportflow/supportflow/internal/text"
 )
 
 // ErrConfig is wrapped by every error New returns, so a caller can tell a
@@ -311,10 +312,7 @@ func (c *Client) newError(status int, code, message string, h http.Header) *Erro
 // redact removes the API key from text the server sent: a server may echo
 // the credential it rejected.
 func (c *Client) redact(s string) string {
-	if c.apiKey == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, c.apiKey, "[REDACTED]")
+	return text.Redact(s, c.apiKey)
 }
 
 // Error is an HTTP error status from the model server.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/supportflow/supportflow/internal/httpretry"
+	"github.com/supportflow/supportflow/internal/text"
 )
 
 // maxResponseBody bounds how much of a response is read.
@@ -175,10 +176,7 @@ func (c *Client) transportError(err error, wroteHeaders bool) *Error {
 // redact removes the token from text that came from elsewhere (a response
 // body could echo request headers).
 func (c *Client) redact(s string) string {
-	if c.token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, c.token, "[REDACTED]")
+	return text.Redact(s, c.token)
 }
 
 // Error is a failed call. Status is 0 when no response arrived, in which

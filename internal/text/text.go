@@ -1,5 +1,5 @@
-// Package text holds the one string helper every layer needs: cutting an
-// error or a caller's text to a bound before it is stored, logged or sent.
+// Package text holds the string helpers every layer needs before text is
+// stored, logged or sent: cutting it to a bound, and redacting a secret.
 package text
 
 import "strings"
@@ -12,4 +12,14 @@ func Clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// Redact replaces every occurrence of secret in s: a server may echo the
+// credential it rejected, and that text ends up in errors and logs. An
+// empty secret leaves s as it is.
+func Redact(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "[REDACTED]")
 }

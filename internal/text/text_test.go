@@ -12,3 +12,8 @@ func TestClip(t *testing.T) {
 	assert.Equal(t, "é…", Clip("éé", 3), "never cuts a rune in two")
 	assert.Equal(t, "ab", Clip("a\xffb", 10), "invalid UTF-8 is dropped")
 }
+
+func TestRedact(t *testing.T) {
+	assert.Equal(t, "bad key [REDACTED] ([REDACTED])", Redact("bad key sk-1 (sk-1)", "sk-1"))
+	assert.Equal(t, "nothing to hide", Redact("nothing to hide", ""))
+}
