@@ -43,11 +43,38 @@ func (l *Ledger) UpsertTicketMirror(ctx context.Context, t TicketMirror) (bool, 
 // It reports whether the row changed (false when the stored copy is
 // newer).
 func (l *Ledger) UpsertTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (bool, error) {
+	c, err := l.ApplyTicketMirrorTx(ctx, tx, t)
+	return c.Wrote, err
+}
+
+// MirrorChange says what a mirror write changed.
+type MirrorChange struct {
+	// Wrote is true when the row was inserted or updated (an older copy
+	// of the ticket writes nothing).
+	Wrote bool
+	// Created is true when the ticket was not mirrored before.
+	Created bool
+	// Newer is true when the ticket's updated_at moved forward (or the
+	// row is new): the write carried news, not a repeat.
+	Newer bool
+	// CustomerNews is true when the customer's newest public comment moved
+	// forward and is newer than the agents' newest: the customer wrote.
+	CustomerNews bool
+	// CommentNews is true when either comment time moved forward.
+	CommentNews bool
+}
+
+// ApplyTicketMirrorTx is UpsertTicketMirrorTx reporting what changed.
+// Comment times only ever move forward (the newest of the stored and the
+// given), so events applied in any order leave the same mirror.
+func (l *Ledger) ApplyTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (MirrorChange, error) {
+	var c MirrorChange
 	if t.TicketID <= 0 {
-		return false, fmt.Errorf("ledger: mirror ticket id %d must be positive", t.TicketID)
+		return c, fmt.Errorf("ledger: mirror ticket id %d must be positive", t.TicketID)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, t.TicketID)); err != nil {
-		return false, fmt.Errorf("ledger: mirror ticket %d: lock: %w", t.TicketID, err)
+	prev, found, err := l.lockMirror(ctx, tx, t.TicketID)
+	if err != nil {
+		return c, err
 	}
 	var requester *int64
 	if t.RequesterID != 0 {
@@ -58,7 +85,8 @@ INSERT INTO ticket_mirror (account, ticket_id, subject, status, requester_id, ze
                            last_customer_comment_at, last_agent_comment_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (account, ticket_id) DO UPDATE
-SET subject = excluded.subject, status = excluded.status, requester_id = excluded.requester_id,
+SET subject = excluded.subject, status = excluded.status,
+    requester_id = COALESCE(excluded.requester_id, ticket_mirror.requester_id),
     zendesk_updated_at = excluded.zendesk_updated_at, mirrored_at = now(),
     last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
     last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)
@@ -66,9 +94,73 @@ WHERE ticket_mirror.zendesk_updated_at <= excluded.zendesk_updated_at`,
 		l.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
 		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt))
 	if err != nil {
-		return false, fmt.Errorf("ledger: mirror ticket %d: %w", t.TicketID, err)
+		return c, fmt.Errorf("ledger: mirror ticket %d: %w", t.TicketID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	c.Wrote = tag.RowsAffected() == 1
+	if !c.Wrote {
+		return c, nil
+	}
+	c.Created = !found
+	c.Newer = !found || t.UpdatedAt.After(prev.UpdatedAt)
+	c.commentNews(prev, t)
+	return c, nil
+}
+
+// AdvanceCommentsTx moves a ticket's comment times forward (never back)
+// under its advisory lock, for a source that knows who spoke when but not
+// the ticket's other fields. A ticket not yet mirrored gets a row with
+// only those times (no status, so the scan skips it until its fields
+// arrive).
+func (l *Ledger) AdvanceCommentsTx(ctx context.Context, tx pgx.Tx, ticketID int64, customerAt, agentAt time.Time) (MirrorChange, error) {
+	var c MirrorChange
+	if ticketID <= 0 {
+		return c, fmt.Errorf("ledger: mirror ticket id %d must be positive", ticketID)
+	}
+	prev, found, err := l.lockMirror(ctx, tx, ticketID)
+	if err != nil {
+		return c, err
+	}
+	updated := customerAt
+	if agentAt.After(updated) {
+		updated = agentAt
+	}
+	_, err = tx.Exec(ctx, `
+INSERT INTO ticket_mirror (account, ticket_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (account, ticket_id) DO UPDATE
+SET last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
+    last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at),
+    mirrored_at = now()`,
+		l.account, ticketID, updated, nullTime(customerAt), nullTime(agentAt))
+	if err != nil {
+		return c, fmt.Errorf("ledger: mirror comments of ticket %d: %w", ticketID, err)
+	}
+	c.Wrote, c.Created = true, !found
+	c.commentNews(prev, TicketMirror{LastCustomerCommentAt: customerAt, LastAgentCommentAt: agentAt})
+	return c, nil
+}
+
+func (c *MirrorChange) commentNews(prev, t TicketMirror) {
+	customer := t.LastCustomerCommentAt.After(prev.LastCustomerCommentAt)
+	agent := t.LastAgentCommentAt.After(prev.LastAgentCommentAt)
+	c.CommentNews = customer || agent
+	newestAgent := prev.LastAgentCommentAt
+	if t.LastAgentCommentAt.After(newestAgent) {
+		newestAgent = t.LastAgentCommentAt
+	}
+	c.CustomerNews = customer && t.LastCustomerCommentAt.After(newestAgent)
+}
+
+// lockMirror takes the ticket's advisory lock and reads its mirror.
+func (l *Ledger) lockMirror(ctx context.Context, tx pgx.Tx, ticketID int64) (TicketMirror, bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, ticketID)); err != nil {
+		return TicketMirror{}, false, fmt.Errorf("ledger: mirror ticket %d: lock: %w", ticketID, err)
+	}
+	t, err := l.getTicketMirror(ctx, tx, ticketID)
+	if errors.Is(err, ErrNotFound) {
+		return t, false, nil
+	}
+	return t, err == nil, err
 }
 
 // nullTime maps the zero time to SQL NULL.
@@ -82,10 +174,16 @@ func nullTime(t time.Time) *time.Time {
 // GetTicketMirror reads a mirrored ticket; ErrNotFound when the ticket has
 // never been mirrored.
 func (l *Ledger) GetTicketMirror(ctx context.Context, ticketID int64) (TicketMirror, error) {
+	return l.getTicketMirror(ctx, l.db, ticketID)
+}
+
+func (l *Ledger) getTicketMirror(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, ticketID int64) (TicketMirror, error) {
 	t := TicketMirror{TicketID: ticketID}
 	var requester *int64
 	var customer, agent *time.Time
-	err := l.db.QueryRow(ctx, `
+	err := db.QueryRow(ctx, `
 SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at
 FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(
 		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent)

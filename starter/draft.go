@@ -230,13 +230,54 @@ func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
 	})
 }
 
+// EnsureReconcileSchedule creates, or updates to the given interval, the
+// Temporal Schedule that runs ReconcileTickets (overlap skip).
+func (s *Starter) EnsureReconcileSchedule(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: reconcile interval %s must be positive", supportflow.ErrInvalidInput, interval)
+	}
+	return s.ensureSchedule(ctx, supportflow.ReconcileScheduleID, interval, &client.ScheduleWorkflowAction{
+		ID:        "reconcile-tickets",
+		Workflow:  supportflow.ReconcileTicketsWorkflow,
+		Args:      []any{supportflow.ReconcileRequest{}},
+		TaskQueue: s.taskQueue(),
+	})
+}
+
 // EnsureSchedules creates or updates every supportflow schedule: the scan
-// (every scanInterval) and the daily retention prune.
-func (s *Starter) EnsureSchedules(ctx context.Context, scanInterval time.Duration) error {
+// (every scanInterval), the reconciliation (every reconcileInterval) and
+// the daily retention prune.
+func (s *Starter) EnsureSchedules(ctx context.Context, scanInterval, reconcileInterval time.Duration) error {
 	if err := s.EnsureScanSchedule(ctx, scanInterval); err != nil {
 		return err
 	}
+	if err := s.EnsureReconcileSchedule(ctx, reconcileInterval); err != nil {
+		return err
+	}
 	return s.EnsurePruneSchedule(ctx)
+}
+
+// ReconcileNowWorkflowID is the workflow ID of an on-demand
+// reconciliation; one runs at a time (a second request joins it).
+const ReconcileNowWorkflowID = "reconcile-tickets-now"
+
+// Reconcile runs a reconciliation now (or joins the one running on
+// demand) and waits for its result.
+func (s *Starter) Reconcile(ctx context.Context) (supportflow.ReconcileResult, error) {
+	var res supportflow.ReconcileResult
+	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       ReconcileNowWorkflowID,
+		TaskQueue:                s.taskQueue(),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, supportflow.ReconcileTicketsWorkflow, supportflow.ReconcileRequest{})
+	if err != nil {
+		return res, fmt.Errorf("starter: reconcile: %w", err)
+	}
+	if err := run.Get(ctx, &res); err != nil {
+		return res, fmt.Errorf("starter: reconcile: %w", err)
+	}
+	return res, nil
 }
 
 func (s *Starter) ensureSchedule(ctx context.Context, id string, every time.Duration, action *client.ScheduleWorkflowAction) error {

@@ -167,13 +167,22 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			continue // events that arrived meanwhile still get their lookup
 		}
 		st.Error, st.Found = "", out.Found
-		if out.Found && w.mode(ctx) == supportflow.EnrichmentLive {
+		// Live mode notes the ticket only when its data changed, so a lookup
+		// that found what the last one found (our own note's echo, a busy
+		// ticket) writes nothing. Histories from before this rule note
+		// every found lookup.
+		if out.Found && w.mode(ctx) == supportflow.EnrichmentLive &&
+			(workflow.GetVersion(ctx, versionNoteOnChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion || out.Changed) {
 			if err := w.noteEnrichment(ctx, d, req.TicketID, out); err != nil {
 				st.Error = "the lookup was recorded, but its note on the ticket failed: " + errorMessage(err)
 			}
 		}
 	}
 }
+
+// versionNoteOnChange marks the change that made live mode note only a
+// lookup whose data changed.
+const versionNoteOnChange = "enrich-note-only-on-change"
 
 // enrichDelays are the waits an enrichment run uses, recorded at its start.
 type enrichDelays struct {

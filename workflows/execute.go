@@ -35,6 +35,7 @@ func (w *Workflows) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(w.EvaluateDrafts, workflow.RegisterOptions{Name: supportflow.EvaluateDraftsWorkflow})
 	r.RegisterWorkflowWithOptions(w.EnrichTicket, workflow.RegisterOptions{Name: supportflow.EnrichTicketWorkflow})
 	r.RegisterWorkflowWithOptions(w.PruneRetention, workflow.RegisterOptions{Name: supportflow.PruneRetentionWorkflow})
+	r.RegisterWorkflowWithOptions(w.ReconcileTickets, workflow.RegisterOptions{Name: supportflow.ReconcileTicketsWorkflow})
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }

@@ -11,7 +11,7 @@
 //	POST /proposals/{id}/approve        approve the current proposal
 //	POST /proposals/{id}/reject         reject it
 //	GET  /actions/{key}                 an action's ledger row
-//	POST /webhooks/zendesk              Zendesk's ticket events (signed)
+//	POST /webhooks/zendesk              Zendesk's ticket event webhooks (signed; see webhook)
 //	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
 package api
 
@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
@@ -59,6 +60,20 @@ type Config struct {
 	// MaxStream bounds one SSE stream; the browser's EventSource then
 	// reconnects. 0 means 10 minutes.
 	MaxStream time.Duration
+	// ZendeskUserID is supportflow's own Zendesk API user: events it
+	// caused are recorded but start no lookup and supersede no draft.
+	// Required (GET /api/v2/users/me.json with the worker's credentials
+	// tells it).
+	ZendeskUserID int64
+	// MaxWebhookBody caps a webhook body (a ticket event carries the
+	// ticket's description and a comment's text and HTML); 0 means 1 MiB.
+	MaxWebhookBody int64
+	// WebhookRetryAfter is the Retry-After of a webhook answered 503;
+	// Zendesk retries only under 60 s. 0 means 10 s.
+	WebhookRetryAfter time.Duration
+	// RelayInterval is how often the relay looks for undispatched ticket
+	// events when nothing wakes it; 0 means 2 s.
+	RelayInterval time.Duration
 }
 
 // Server serves the API. Build it with New.
@@ -74,11 +89,28 @@ type Server struct {
 	mux      *http.ServeMux
 	closing  chan struct{}
 	close    sync.Once
+	ingest   *ingest.Store
+	relay    *ingest.Relay
 }
 
-// Close ends the open SSE streams; http.Server.Shutdown does not wait for
-// them otherwise.
+// Close ends the open SSE streams (http.Server.Shutdown does not wait for
+// them otherwise) and the relay started by RunRelay.
 func (s *Server) Close() { s.close.Do(func() { close(s.closing) }) }
+
+// RunRelay hands recorded ticket events to Temporal until ctx ends or the
+// server closes. Every API process runs one; so does every worker.
+func (s *Server) RunRelay(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	s.relay.Run(ctx)
+}
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("api: configuration")
@@ -107,10 +139,25 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	if cfg.MaxStream == 0 {
 		cfg.MaxStream = 10 * time.Minute
 	}
+	if cfg.ZendeskUserID <= 0 {
+		return nil, fmt.Errorf("%w: the Zendesk API user's id is required, to tell supportflow's own writes from the customer's", ErrConfig)
+	}
+	if cfg.MaxWebhookBody == 0 {
+		cfg.MaxWebhookBody = 1 << 20
+	}
+	if cfg.WebhookRetryAfter == 0 {
+		cfg.WebhookRetryAfter = 10 * time.Second
+	}
+	if cfg.WebhookRetryAfter < time.Second || cfg.WebhookRetryAfter >= time.Minute {
+		return nil, fmt.Errorf("%w: the webhook Retry-After must be 1-59 s (Zendesk retries only under 60 s)", ErrConfig)
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux(), closing: make(chan struct{})}
+	s.ingest = ingest.NewStore(pool, l, l.Account())
+	s.relay = ingest.NewRelay(s.ingest, st, logger)
+	s.relay.Interval = cfg.RelayInterval
 	for _, t := range cfg.Tokens {
 		if len(t) < 16 {
 			return nil, fmt.Errorf("%w: API tokens must be at least 16 characters", ErrConfig)
@@ -215,10 +262,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 // bytes cannot hold a connection.
 const bodyReadTimeout = 10 * time.Second
 
-// readBody reads a capped body within bodyReadTimeout.
+// readBody reads a body capped at MaxBody within bodyReadTimeout.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return s.readCapped(w, r, s.cfg.MaxBody)
+}
+
+func (s *Server) readCapped(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }
 
 func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK bool) bool {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -171,7 +172,7 @@ func eventKey(st supportflow.DraftStatus) string {
 }
 
 func writeEvent(w http.ResponseWriter, name string, v any) error {
-	b, err := jsonMarshal(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}

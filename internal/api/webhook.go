@@ -1,29 +1,30 @@
 package api
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/text"
-	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/internal/ingest"
 )
 
 // Zendesk's webhook signature headers.
+// https://developer.zendesk.com/documentation/webhooks/verifying/
 const (
 	SignatureHeader          = "X-Zendesk-Webhook-Signature"
 	SignatureTimestampHeader = "X-Zendesk-Webhook-Signature-Timestamp"
 )
 
 // Sign computes Zendesk's webhook signature: base64(HMAC-SHA256(secret,
-// timestamp + body)).
+// timestamp + body)), the secret used as given.
+// https://developer.zendesk.com/documentation/webhooks/verifying/
 func Sign(secret, timestamp string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(timestamp))
@@ -31,75 +32,58 @@ func Sign(secret, timestamp string, body []byte) string {
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-// WebhookEvent is the body the Zendesk trigger sends (its JSON template is
-// in the README): the ticket as it now is and, when the update added one,
-// the newest comment.
-type WebhookEvent struct {
-	// Event is "ticket.created" or "ticket.updated".
-	Event   string          `json:"event"`
-	Ticket  WebhookTicket   `json:"ticket"`
-	Comment *WebhookComment `json:"comment,omitempty"`
-}
-
-// WebhookTicket is the ticket part of a webhook.
-type WebhookTicket struct {
-	ID          int64     `json:"id"`
-	Subject     string    `json:"subject"`
-	Status      string    `json:"status"`
-	RequesterID int64     `json:"requester_id"`
-	UpdatedAt   time.Time `json:"updated_at"`
-}
-
-// WebhookComment is the newest comment of an update.
-type WebhookComment struct {
-	AuthorID  int64     `json:"author_id"`
-	Public    bool      `json:"public"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// validate checks a webhook body before anything is written.
-func (e WebhookEvent) validate() error {
-	switch e.Event {
-	case "ticket.created", "ticket.updated":
-	default:
-		return fmt.Errorf("event %q must be ticket.created or ticket.updated", text.Clip(e.Event, 40))
-	}
-	if e.Ticket.ID <= 0 || e.Ticket.RequesterID < 0 {
-		return fmt.Errorf("ticket id %d must be positive and requester id %d not negative", e.Ticket.ID, e.Ticket.RequesterID)
-	}
-	if e.Ticket.UpdatedAt.IsZero() {
-		return errors.New("ticket.updated_at is required")
-	}
-	if len(e.Ticket.Subject) > 1024 || len(e.Ticket.Status) > 32 {
-		return errors.New("ticket subject or status is too long")
-	}
-	if e.Comment != nil && e.Comment.CreatedAt.IsZero() {
-		return errors.New("comment.created_at is required with a comment")
-	}
-	return nil
-}
-
-// WebhookAccepted answers a webhook.
+// WebhookAccepted answers an accepted (or ignored, or repeated) event.
 type WebhookAccepted struct {
-	TicketID         int64 `json:"ticket_id"`
-	Mirrored         bool  `json:"mirrored"`
-	CustomerActivity bool  `json:"customer_activity"`
+	EventID  string `json:"event_id"`
+	TicketID int64  `json:"ticket_id,omitempty"`
+	// Ignored is true for an event type supportflow does not read.
+	Ignored bool `json:"ignored,omitempty"`
+	// Duplicate is true when the event was already recorded: nothing
+	// changed.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Mirrored is true when the event changed the ticket's mirror.
+	Mirrored bool `json:"mirrored"`
+	// OwnWrite is true when supportflow's own API user caused the event:
+	// recorded, but it starts no lookup and supersedes no draft.
+	OwnWrite         bool `json:"own_write,omitempty"`
+	CustomerActivity bool `json:"customer_activity"`
 }
 
-// webhook verifies Zendesk's signature (HMAC-SHA256 over timestamp and
-// body, compared in constant time), refuses a timestamp outside MaxSkew
-// and a signature already accepted (a replay), then mirrors the ticket
-// under its advisory lock and records the ticket event: enrichment, and
-// the supersede of a running draft when the customer wrote.
+// webhook takes Zendesk's ticket event webhooks. The order of checks, and
+// what each failure gets (no bad input is ever answered 5xx):
+//
+//   - a body over MaxWebhookBody: 413; a Content-Type other than
+//     application/json: 415;
+//   - missing signature headers, a signature that does not match the
+//     body, a timestamp that is not RFC 3339 or is more than MaxSkew from
+//     now: 401;
+//   - invalid UTF-8, a NUL character, a key repeated in an object, not
+//     one JSON object: 400; not a Zendesk event envelope, or a ticket event
+//     whose fields do not hold together: 422;
+//   - an event type supportflow does not read: 200, ignored;
+//   - an event already recorded (a retry or a duplicate delivery): 200,
+//     nothing changes;
+//   - otherwise the ticket's mirror and the event's row are written in one
+//     transaction and the answer is 200; if PostgreSQL fails, 503 with a
+//     Retry-After under 60 s, which Zendesk retries.
+//
+// Zendesk retries 409, and 429/503 only with a Retry-After under 60 s, so
+// a transient failure must say 503 + Retry-After or the event is dropped.
+// https://developer.zendesk.com/documentation/webhooks/creating-and-monitoring-webhooks
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(w, r)
+	body, err := s.readCapped(w, r, s.cfg.MaxWebhookBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large", fmt.Sprintf("the body must be at most %d bytes", s.cfg.MaxBody))
+			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large", fmt.Sprintf("the body must be at most %d bytes", s.cfg.MaxWebhookBody))
 			return
 		}
 		problem(w, http.StatusBadRequest, "unreadable-body", "Unreadable request body", err.Error())
+		return
+	}
+	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
+		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "a Zendesk event webhook is application/json (UTF-8)")
 		return
 	}
 	sig, ts := r.Header.Get(SignatureHeader), r.Header.Get(SignatureTimestampHeader)
@@ -120,81 +104,52 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusUnauthorized, "stale-timestamp", "Stale timestamp", fmt.Sprintf("the signature timestamp is more than %s from now", s.cfg.MaxSkew))
 		return
 	}
-	var ev WebhookEvent
-	if !s.decodeBytes(w, body, &ev, false) {
-		return
-	}
-	if err := ev.validate(); err != nil {
-		problem(w, http.StatusUnprocessableEntity, "invalid-webhook", "Invalid webhook", err.Error())
-		return
-	}
-	fresh, err := s.claimDelivery(r.Context(), sig)
+	ev, err := ingest.Parse(body)
 	if err != nil {
-		s.internal(w, r, err)
+		badEvent(w, err)
 		return
 	}
-	if !fresh {
-		problem(w, http.StatusConflict, "replayed-webhook", "Replayed webhook", "this signed delivery was already accepted")
+	if !ingest.Consumed(ev.Type) {
+		writeJSON(w, http.StatusOK, WebhookAccepted{EventID: ev.ID, Ignored: true})
 		return
 	}
-	res, err := s.applyWebhook(r.Context(), ev)
+	change, err := ev.Ticket()
 	if err != nil {
-		// Let Zendesk's retry of this delivery through.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-		defer cancel()
-		if _, derr := s.pool.Exec(rctx, `DELETE FROM webhook_delivery WHERE signature = $1`, sig); derr != nil {
-			s.log.Warn("releasing a failed webhook delivery", "error", derr)
-		}
-		s.internal(w, r, err)
+		badEvent(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, res)
+	rec, err := s.ingest.RecordWebhook(r.Context(), change, s.cfg.ZendeskUserID)
+	if err != nil {
+		s.log.Error("recording a ticket event failed; asking Zendesk to retry", "event_id", ev.ID, "ticket_id", change.TicketID, "error", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.WebhookRetryAfter/time.Second)))
+		problem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable", "the event could not be recorded; retry later")
+		return
+	}
+	if rec.Dispatch {
+		s.relay.Wake()
+	}
+	writeJSON(w, http.StatusOK, WebhookAccepted{EventID: ev.ID, TicketID: change.TicketID, Duplicate: rec.Duplicate,
+		Mirrored: rec.Mirror.Wrote, OwnWrite: rec.Own, CustomerActivity: rec.Event.CustomerActivity})
 }
 
-// claimDelivery records a signature; false when it was already there.
-// Deliveries older than three times the skew bound are pruned on the way:
-// a delivery is refused after MaxSkew by its timestamp, and the extra
-// MaxSkew covers replicas whose clocks differ from the database's.
-func (s *Server) claimDelivery(ctx context.Context, sig string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO webhook_delivery (signature) VALUES ($1) ON CONFLICT DO NOTHING`, sig)
-	if err != nil {
-		return false, err
+// badEvent answers a refused body: 400 for what is not clean JSON, 422 for
+// JSON that is not a usable event.
+func badEvent(w http.ResponseWriter, err error) {
+	var be *ingest.BodyError
+	if !errors.As(err, &be) {
+		problem(w, http.StatusBadRequest, "malformed-json", "Malformed JSON", err.Error())
+		return
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM webhook_delivery WHERE received_at < now() - $1::interval`,
-		(3 * s.cfg.MaxSkew).String()); err != nil {
-		s.log.Warn("pruning webhook deliveries", "error", err)
+	status, title := http.StatusBadRequest, map[string]string{
+		ingest.KindInvalidUTF8:  "Invalid UTF-8",
+		ingest.KindNULCharacter: "NUL character",
+		ingest.KindDuplicateKey: "Duplicate key",
+		ingest.KindMalformed:    "Malformed JSON",
+		ingest.KindUnknownShape: "Unknown event shape",
+		ingest.KindInvalidEvent: "Invalid event",
+	}[be.Kind]
+	if be.Kind == ingest.KindUnknownShape || be.Kind == ingest.KindInvalidEvent {
+		status = http.StatusUnprocessableEntity
 	}
-	return tag.RowsAffected() == 1, nil
+	problem(w, status, be.Kind, title, be.Detail)
 }
-
-func (s *Server) applyWebhook(ctx context.Context, ev WebhookEvent) (WebhookAccepted, error) {
-	m := ledger.TicketMirror{TicketID: ev.Ticket.ID, Subject: ev.Ticket.Subject, Status: ev.Ticket.Status,
-		RequesterID: ev.Ticket.RequesterID, UpdatedAt: ev.Ticket.UpdatedAt}
-	customer := false
-	if c := ev.Comment; c != nil && c.Public {
-		if c.AuthorID == ev.Ticket.RequesterID {
-			m.LastCustomerCommentAt, customer = c.CreatedAt, true
-		} else {
-			m.LastAgentCommentAt = c.CreatedAt
-		}
-	}
-	mirrored, err := s.ledger.UpsertTicketMirror(ctx, m)
-	if err != nil {
-		return WebhookAccepted{}, err
-	}
-	kind := supportflow.TicketUpdated
-	if ev.Event == "ticket.created" {
-		kind = supportflow.TicketCreated
-	}
-	// Only news supersedes a draft: an older copy of the ticket (out of
-	// order) or a retried delivery leaves the mirror unchanged and must not
-	// throw away a proposal that already covered the comment.
-	te := supportflow.TicketEvent{TicketID: ev.Ticket.ID, Kind: kind, At: ev.Ticket.UpdatedAt,
-		RequesterID: ev.Ticket.RequesterID, CustomerActivity: customer && mirrored && kind == supportflow.TicketUpdated}
-	if _, err := s.starter.RecordTicketEvent(ctx, te); err != nil {
-		return WebhookAccepted{}, err
-	}
-	return WebhookAccepted{TicketID: ev.Ticket.ID, Mirrored: mirrored, CustomerActivity: te.CustomerActivity}, nil
-}
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,8 @@ var Vars = []Var{
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
 	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
+	{Name: "SUPPORTFLOW_RECONCILE_START", Default: "24h", Help: "where a cold reconciler starts reading Zendesk's exports: an RFC 3339 time, or a duration before the first run"},
+	{Name: "SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE", Default: "10", Help: "pace of the reconciler's incremental export requests (Zendesk allows 10 a minute per account)"},
 	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
 	{Name: "SUPPORTFLOW_METRICS_ADDR", Default: ":9090", Help: "address of the Prometheus /metrics endpoint (empty: off)"},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Help: "OTLP/gRPC collector for traces (host:port or URL); tracing is off when empty"},
@@ -77,6 +80,11 @@ type Worker struct {
 	MetricsAddr        string
 	OTLPEndpoint       string
 	Durations          policy.Durations
+	// ReconcileFrom and ReconcileBackfill say where a cold reconciler
+	// starts: a fixed time, else this long before its first run.
+	ReconcileFrom      time.Time
+	ReconcileBackfill  time.Duration
+	ExportRequestsPerM int
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -154,6 +162,19 @@ func LoadWorker() (Worker, error) {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_DRAIN_TIMEOUT must be a non-negative duration", ErrConfig))
 	}
 	c.DrainTimeout = drain
+	start := get("SUPPORTFLOW_RECONCILE_START", "24h")
+	if t, err := time.Parse(time.RFC3339, start); err == nil {
+		c.ReconcileFrom = t
+	} else if d, err := time.ParseDuration(start); err == nil && d > 0 {
+		c.ReconcileBackfill = d
+	} else {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RECONCILE_START must be an RFC 3339 time or a positive duration", ErrConfig))
+	}
+	if n, err := strconv.Atoi(get("SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE", "10")); err != nil || n <= 0 || n > 600 {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE must be 1-600", ErrConfig))
+	} else {
+		c.ExportRequestsPerM = n
+	}
 	c.Durations, err = policy.FromEnv()
 	if err != nil {
 		errs = append(errs, err)

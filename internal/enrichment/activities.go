@@ -64,6 +64,9 @@ type LookupOutput struct {
 	JobID          string            `json:"job_id"`
 	BytesBilled    int64             `json:"bytes_billed"`
 	BytesProcessed int64             `json:"bytes_processed"`
+	// Changed is true when the ticket's enrichment now says something it
+	// did not before (live mode notes only then).
+	Changed bool `json:"changed,omitempty"`
 }
 
 // LookupProgress is a running lookup's heartbeat details.
@@ -151,11 +154,12 @@ func (a *Activities) lookup(ctx context.Context, in LookupInput) (LookupOutput, 
 	if err != nil {
 		return out, err
 	}
-	runID, err := a.Store.Record(ctx, in.TicketID, out.RequesterID, res)
+	info := activity.GetInfo(ctx)
+	runID, changed, err := a.Store.Record(ctx, in.TicketID, out.RequesterID, res, info.WorkflowExecution.RunID+"/"+info.ActivityID)
 	if err != nil {
 		return out, err
 	}
-	out.RunID, out.Found, out.Customer = runID, res.Found, res.Customer
+	out.RunID, out.Found, out.Customer, out.Changed = runID, res.Found, res.Customer, changed
 	out.BytesBilled, out.BytesProcessed = res.BytesBilled, res.BytesProcessed
 	return out, nil
 }

@@ -66,6 +66,9 @@ type Durations struct {
 	// LookupAttemptTimeout is the start-to-close deadline of one BigQuery
 	// lookup attempt; the BigQuery client runs under it. Default 120 s.
 	LookupAttemptTimeout time.Duration
+	// ReconcileInterval is how often the schedule runs ReconcileTickets,
+	// which repairs what the webhooks missed. Default 5 min.
+	ReconcileInterval time.Duration
 	// Retention is how long terminal rows (proposals, actions, lookup logs,
 	// enrichment runs) are kept before the daily prune deletes them.
 	// Default 30 days.
@@ -90,6 +93,7 @@ func Defaults() Durations {
 		EnrichUpdateDelay:       2 * time.Minute,
 		LookupAttemptTimeout:    120 * time.Second,
 		Retention:               30 * 24 * time.Hour,
+		ReconcileInterval:       5 * time.Minute,
 	}
 }
 
@@ -112,6 +116,7 @@ func (d Durations) Fill() Durations {
 		EnrichUpdateDelay:       cmp.Or(d.EnrichUpdateDelay, def.EnrichUpdateDelay),
 		LookupAttemptTimeout:    cmp.Or(d.LookupAttemptTimeout, def.LookupAttemptTimeout),
 		Retention:               cmp.Or(d.Retention, def.Retention),
+		ReconcileInterval:       cmp.Or(d.ReconcileInterval, def.ReconcileInterval),
 	}
 }
 
@@ -134,6 +139,7 @@ func (d Durations) Validate() error {
 		"model attempt timeout": d.ModelAttemptTimeout, "proposal expiry": d.ProposalExpiry, "scan interval": d.ScanInterval,
 		"new-ticket enrichment delay": d.EnrichNewTicketDelay, "update enrichment delay": d.EnrichUpdateDelay,
 		"lookup attempt timeout": d.LookupAttemptTimeout, "retention": d.Retention,
+		"reconcile interval": d.ReconcileInterval,
 	} {
 		check(v > 0, "%s must be positive, got %s", name, v)
 	}
@@ -170,6 +176,7 @@ var Env = []struct {
 	{"SUPPORTFLOW_ENRICH_UPDATE_DELAY", "wait after a ticket's latest update before its lookup", 2 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichUpdateDelay }},
 	{"SUPPORTFLOW_LOOKUP_ATTEMPT_TIMEOUT", "deadline of one BigQuery lookup attempt", 120 * time.Second, func(d *Durations) *time.Duration { return &d.LookupAttemptTimeout }},
 	{"SUPPORTFLOW_RETENTION", "how long terminal rows are kept before the daily prune", 30 * 24 * time.Hour, func(d *Durations) *time.Duration { return &d.Retention }},
+	{"SUPPORTFLOW_RECONCILE_INTERVAL", "how often the scheduled reconciliation reads Zendesk's incremental exports to repair missed webhooks", 5 * time.Minute, func(d *Durations) *time.Duration { return &d.ReconcileInterval }},
 	{"SUPPORTFLOW_SCAN_INTERVAL", "how often the scheduled scan looks for tickets to draft", 5 * time.Minute, func(d *Durations) *time.Duration { return &d.ScanInterval }},
 }
 

@@ -92,6 +92,9 @@ type Zendesk struct {
 	log    requestLog
 	mux    *http.ServeMux
 
+	hooks webhooks
+	exp   exports
+
 	mu           sync.Mutex
 	tickets      map[int64]*zTicket
 	nextTicketID int64
@@ -116,6 +119,12 @@ func NewZendesk(email, apiToken string) *Zendesk {
 	mux.HandleFunc("PUT /api/v2/tickets/{file}", z.updateTicket)
 	mux.HandleFunc("GET /api/v2/tickets/{id}/comments.json", z.listComments)
 	mux.HandleFunc("GET /api/v2/tickets/{id}/audits.json", z.listAudits)
+	mux.HandleFunc("GET /api/v2/incremental/tickets/cursor.json", z.incrementalTickets)
+	mux.HandleFunc("GET /api/v2/incremental/tickets/cursor", z.incrementalTickets)
+	mux.HandleFunc("GET /api/v2/incremental/ticket_events.json", z.incrementalTicketEvents)
+	mux.HandleFunc("GET /api/v2/incremental/ticket_events", z.incrementalTicketEvents)
+	mux.HandleFunc("GET /api/v2/users/me.json", z.me)
+	mux.HandleFunc("GET /api/v2/users/me", z.me)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, zendeskError{Error: "InvalidEndpoint", Description: "Not found"})
 	})
@@ -217,8 +226,10 @@ func (z *Zendesk) AddTicket(t Ticket) int64 {
 		Metadata:  newAuditMetadata(nil),
 		Via:       newVia("web"),
 		Events:    events,
+		at:        now,
 	})
 	z.tickets[t.ID] = zt
+	z.emit(zt, t.RequesterID, auditID, []change{{typ: "created", event: map[string]any{}}})
 	return t.ID
 }
 
@@ -263,8 +274,13 @@ func (z *Zendesk) AddComment(ticketID int64, c SeedComment) int64 {
 	if at.After(zt.updatedAt) {
 		zt.updatedAt = at
 	}
+	changes := []change{{typ: "comment_added", event: commentAddedEvent(zc, author == ZendeskAgentID)}}
+	events := []any{commentEvent(zc)}
 	if !c.Agent && (zt.Status == "pending" || zt.Status == "solved") {
-		zt.Status = "open" // a customer reply reopens the ticket, as in Zendesk
+		// A customer reply reopens the ticket, as in Zendesk.
+		events = append(events, changeEvent(z.newID(), "status", "open", zt.Status))
+		changes = append(changes, change{typ: "status_changed", event: map[string]any{"previous": strings.ToUpper(zt.Status), "current": "OPEN"}})
+		zt.Status = "open"
 	}
 	zt.audits = append(zt.audits, auditJSON{
 		ID:        auditID,
@@ -273,8 +289,10 @@ func (z *Zendesk) AddComment(ticketID int64, c SeedComment) int64 {
 		AuthorID:  author,
 		Metadata:  newAuditMetadata(nil),
 		Via:       newVia("web"),
-		Events:    []any{commentEvent(zc)},
+		Events:    events,
+		at:        at,
 	})
+	z.emit(zt, author, auditID, changes)
 	return zc.ID
 }
 
@@ -452,6 +470,7 @@ func (z *Zendesk) updateTicket(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	auditID := z.newID()
 	var events []any
+	var changes []change
 	if c := req.Ticket.Comment; c != nil {
 		public := true // Zendesk's default for an agent's API comment
 		if c.Public != nil {
@@ -468,13 +487,27 @@ func (z *Zendesk) updateTicket(w http.ResponseWriter, r *http.Request) {
 		}
 		zt.comments = append(zt.comments, zc)
 		events = append(events, commentEvent(zc))
+		changes = append(changes, change{typ: "comment_added", event: commentAddedEvent(zc, true)})
 	}
 	if s := req.Ticket.Status; s != nil && *s != zt.Status {
 		events = append(events, changeEvent(z.newID(), "status", *s, zt.Status))
+		changes = append(changes, change{typ: "status_changed", event: map[string]any{"previous": strings.ToUpper(zt.Status), "current": strings.ToUpper(*s)}})
 		zt.Status = *s
 	}
 	if tags := req.Ticket.Tags; tags != nil && !slices.Equal(*tags, zt.Tags) {
+		added, removed := []string{}, []string{}
+		for _, t := range *tags {
+			if !slices.Contains(zt.Tags, t) {
+				added = append(added, t)
+			}
+		}
+		for _, t := range zt.Tags {
+			if !slices.Contains(*tags, t) {
+				removed = append(removed, t)
+			}
+		}
 		events = append(events, changeEvent(z.newID(), "tags", nonNil(slices.Clone(*tags)), nonNil(zt.Tags)))
+		changes = append(changes, change{typ: "tags_changed", event: map[string]any{"tags_added": added, "tags_removed": removed}})
 		zt.Tags = slices.Clone(*tags)
 	}
 	resp := map[string]any{}
@@ -488,9 +521,11 @@ func (z *Zendesk) updateTicket(w http.ResponseWriter, r *http.Request) {
 			Metadata:  newAuditMetadata(custom),
 			Via:       newVia("api"),
 			Events:    events,
+			at:        now,
 		}
 		zt.audits = append(zt.audits, audit)
 		resp["audit"] = audit
+		z.emit(zt, ZendeskAgentID, auditID, changes)
 	}
 	resp["ticket"] = newTicketJSON(r, zt)
 	writeJSON(w, http.StatusOK, resp)
@@ -741,6 +776,18 @@ func commentEvent(c zComment) map[string]any {
 	}
 }
 
+// commentAddedEvent is a ticket.comment_added event's object.
+func commentAddedEvent(c zComment, staff bool) map[string]any {
+	name := "Customer"
+	if staff {
+		name = "Support Agent"
+	}
+	return map[string]any{"comment": map[string]any{
+		"id": strconv.FormatInt(c.ID, 10), "body": c.Body, "html_body": c.htmlBody, "is_public": c.Public,
+		"author": map[string]any{"id": strconv.FormatInt(c.authorID, 10), "is_staff": staff, "name": name},
+	}}
+}
+
 func changeEvent(id int64, field string, value, previous any) map[string]any {
 	return map[string]any{
 		"id": id, "type": "Change", "field_name": field, "value": value, "previous_value": previous,
@@ -777,6 +824,8 @@ type auditJSON struct {
 	Metadata  auditMetadata `json:"metadata"`
 	Via       viaJSON       `json:"via"`
 	Events    []any         `json:"events"`
+	// at is CreatedAt with its full precision, for the exports' order.
+	at time.Time
 }
 
 // zendeskTime formats t the way Zendesk does: UTC, whole seconds.

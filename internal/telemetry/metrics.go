@@ -21,6 +21,7 @@ type Metrics struct {
 	retries     metric.Int64Counter
 	lookups     metric.Int64Counter
 	drafts      metric.Int64Counter
+	repairs     metric.Int64Counter
 }
 
 // newMetrics creates the instruments on meter. The names carry no _total:
@@ -43,6 +44,8 @@ func newMetrics(meter metric.Meter) (*Metrics, error) {
 		"Customer lookups made for enrichment, by outcome (found, not_found, error).")
 	m.drafts = counter("supportflow_drafts",
 		"Reply drafts requested from the model, by outcome (generated, invalid_output, failed).")
+	m.repairs = counter("supportflow_reconcile_repairs",
+		"Tickets whose mirror the reconciler repaired because a webhook delivery was missed, by what was missing (ticket, comment).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -102,4 +105,14 @@ func (m *Metrics) Draft(outcome string) {
 		return
 	}
 	add(m.drafts, attribute.String("outcome", outcome))
+}
+
+// Repair counts one ticket repaired by the reconciler:
+// supportflow_reconcile_repairs_total{what}, what being "ticket" (its
+// fields were stale or missing) or "comment" (who spoke last was).
+func (m *Metrics) Repair(what string) {
+	if m == nil {
+		return
+	}
+	add(m.repairs, attribute.String("what", what))
 }

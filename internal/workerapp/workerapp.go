@@ -11,15 +11,18 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
@@ -27,6 +30,7 @@ import (
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
+	"github.com/supportflow/supportflow/starter"
 	"github.com/supportflow/supportflow/workflows"
 )
 
@@ -86,15 +90,28 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	ea := EnrichmentActivities(cfg, pool, bq, logger)
 	ea.Metrics = m
 	w.RegisterActivity(ea)
+	l := ledger.New(pool, cfg.Account)
 	w.RegisterActivity(&activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
 		Model:         mdl,
 		Metrics:       m,
-		Ledger:        ledger.New(pool, cfg.Account),
+		Ledger:        l,
 		Durations:     cfg.Durations,
 		Logger:        logger,
 	})
+	store := ingest.NewStore(pool, l, cfg.Account)
+	w.RegisterActivityWithOptions((&ingest.Reconciler{
+		Store: store, Ledger: l, Export: zd,
+		RequestsPerMinute: cfg.ExportRequestsPerM, BackfillFrom: cfg.ReconcileFrom, Backfill: cfg.ReconcileBackfill,
+		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Logger: logger, Metrics: m,
+	}).ReconcileTickets, activity.RegisterOptions{Name: supportflow.ReconcileActivity})
+	// Every worker also relays recorded ticket events to Temporal, so an
+	// event the API recorded is handed on even when no API process runs.
+	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, logger)
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	go relay.Run(relayCtx)
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
 		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)

@@ -18,7 +18,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,7 +40,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -153,6 +152,9 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		generated = true
 	}
 	setDefault("ZENDESK_WEBHOOK_SECRET", randomSecret())
+	if st.standins {
+		setDefault("ZENDESK_API_USER_ID", strconv.FormatInt(standin.ZendeskAgentID, 10))
+	}
 	setDefault("SUPPORTFLOW_API_ADDR", "127.0.0.1:8080")
 	setDefault("SUPPORTFLOW_METRICS_ADDR", "127.0.0.1:9090")
 
@@ -211,6 +213,12 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		return errors.New("the metrics endpoint did not start")
 	}
 	apiURL := "http://" + apiAddr
+	if st.standins {
+		// The stand-in sends signed ticket event webhooks for every change,
+		// supportflow's own included, as Zendesk does once a webhook is
+		// subscribed to ticket events.
+		st.zd.SetWebhook(standin.WebhookConfig{URL: apiURL + "/webhooks/zendesk", Secret: apiCfg.WebhookSecret})
+	}
 
 	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quiet()})
 	if err != nil {
@@ -227,10 +235,11 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		}
 	}
 	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
-	if err := s.EnsureSchedules(ctx, cfg.Durations.ScanInterval); err != nil {
+	if err := s.EnsureSchedules(ctx, cfg.Durations.ScanInterval, cfg.Durations.ReconcileInterval); err != nil {
 		return err
 	}
-	say("schedules: %s every %s, %s daily", supportflow.ScanScheduleID, cfg.Durations.ScanInterval, supportflow.PruneScheduleID)
+	say("schedules: %s every %s, %s every %s, %s daily", supportflow.ScanScheduleID, cfg.Durations.ScanInterval,
+		supportflow.ReconcileScheduleID, cfg.Durations.ReconcileInterval, supportflow.PruneScheduleID)
 
 	var tickets []int64
 	if st.standins {
@@ -368,15 +377,7 @@ func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, sec
 			Orders: int64(3 + 4*i), ActiveSubscriptions: d.subs})
 		ids = append(ids, t.ID)
 
-		body, _ := json.Marshal(api.WebhookEvent{Event: "ticket.created",
-			Ticket:  api.WebhookTicket{ID: t.ID, Subject: t.Subject, Status: t.Status, RequesterID: requester, UpdatedAt: time.Now().UTC()},
-			Comment: &api.WebhookComment{AuthorID: requester, Public: true, CreatedAt: time.Now().UTC()}})
-		stamp := time.Now().UTC().Format(time.RFC3339)
-		if err := post(ctx, apiURL+"/webhooks/zendesk", "", body, http.Header{
-			api.SignatureHeader: {api.Sign(secret, stamp, body)}, api.SignatureTimestampHeader: {stamp}}, http.StatusAccepted); err != nil {
-			return ids, fmt.Errorf("demo webhook for ticket %d: %w", t.ID, err)
-		}
-		say("ticket %d (%q): webhook accepted; enrichment waits for its delay", t.ID, t.Subject)
+		say("ticket %d (%q): created; Zendesk's ticket.created webhook starts its enrichment, which waits for its delay", t.ID, t.Subject)
 	}
 	for _, id := range ids {
 		if err := waitFor(ctx, func() (bool, error) {

@@ -87,10 +87,12 @@ func ensureSchedules(ctx context.Context, fs *flag.FlagSet, args []string, out i
 		return fmt.Errorf("%w: --scan-interval %s must be %s to %s", errUsage, interval, minScanInterval, maxScanInterval)
 	}
 	return withStarter(ctx, func(s *starter.Starter) error {
-		if err := s.EnsureSchedules(ctx, interval); err != nil {
+		reconcile := policy.Defaults().ReconcileInterval
+		if err := s.EnsureSchedules(ctx, interval, reconcile); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "schedule %s runs the ticket scan every %s\n", supportflow.ScanScheduleID, interval)
+		fmt.Fprintf(out, "schedule %s runs the webhook reconciliation every %s\n", supportflow.ReconcileScheduleID, reconcile)
 		fmt.Fprintf(out, "schedule %s runs the retention prune daily\n", supportflow.PruneScheduleID)
 		return nil
 	})

@@ -1,0 +1,357 @@
+// Package ingest is how supportflow learns about tickets: Zendesk's ticket
+// event webhooks, recorded at least once and applied exactly once, and a
+// reconciler that reads Zendesk's incremental exports and repairs whatever
+// the webhooks missed.
+//
+// Every event, from either source, lands in PostgreSQL in one transaction:
+// the ticket's mirror (under the ticket's advisory lock) and a ticket_event
+// row keyed by the event's ID. Only then is it acknowledged. A relay then
+// hands the row to Temporal (the ticket's enrichment, and the supersede of
+// a running draft when the customer wrote) and marks it dispatched, so a
+// crash anywhere between Zendesk's delivery and Temporal loses nothing and
+// a retried delivery is a no-op.
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/supportflow/supportflow/internal/text"
+)
+
+// Zendesk's ticket event types that supportflow reads. Every other type,
+// ticket or not, is acknowledged and ignored.
+// https://developer.zendesk.com/api-reference/webhooks/event-types/ticket-events
+const (
+	TypeTicketCreated       = "zen:event-type:ticket.created"
+	TypeTicketCommentAdded  = "zen:event-type:ticket.comment_added"
+	TypeTicketStatusChanged = "zen:event-type:ticket.status_changed"
+)
+
+// ticketTypePrefix is the domain of ticket events. Every ticket event
+// carries the ticket's current fields in detail, so an event of a ticket
+// type we do not otherwise read (subject_changed, tags_changed ...) still
+// refreshes the mirror.
+const ticketTypePrefix = "zen:event-type:ticket."
+
+// Consumed reports whether supportflow acts on an event type: the three
+// above and every other ticket.* type (mirror refresh only).
+func Consumed(eventType string) bool { return strings.HasPrefix(eventType, ticketTypePrefix) }
+
+// ErrBadBody is wrapped by every reason a webhook body is refused. The
+// kinds below say which; each is a 4xx, never a 5xx.
+var ErrBadBody = errors.New("bad webhook body")
+
+// BodyError is a refused body: Kind is a stable slug for the problem+json
+// type, Detail says what was wrong.
+type BodyError struct {
+	Kind   string
+	Detail string
+}
+
+func (e *BodyError) Error() string { return e.Kind + ": " + e.Detail }
+func (e *BodyError) Unwrap() error { return ErrBadBody }
+
+func bad(kind, format string, args ...any) error {
+	return &BodyError{Kind: kind, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Body error kinds.
+const (
+	KindInvalidUTF8  = "invalid-utf8"
+	KindNULCharacter = "nul-character"
+	KindDuplicateKey = "duplicate-key"
+	KindMalformed    = "malformed-json"
+	KindUnknownShape = "unknown-shape"
+	KindInvalidEvent = "invalid-event"
+)
+
+// Event is the envelope of a Zendesk event webhook.
+// https://developer.zendesk.com/api-reference/webhooks/event-types/webhook-event-types/
+type Event struct {
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`
+	Time      string          `json:"time"`
+	AccountID json.Number     `json:"account_id"`
+	Subject   string          `json:"subject"`
+	Version   string          `json:"zendesk_event_version"`
+	Detail    json.RawMessage `json:"detail"`
+	Event     json.RawMessage `json:"event"`
+}
+
+// ID is a Zendesk ID as ticket events send them: a string of digits (the
+// documented form), a JSON number, or null (zero).
+type ID int64
+
+// UnmarshalJSON accepts "123", 123 and null.
+func (id *ID) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if s == "null" {
+		*id = 0
+		return nil
+	}
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	if s == "" {
+		*id = 0
+		return nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("id %s is not a non-negative integer", text.Clip(string(b), 40))
+	}
+	*id = ID(n)
+	return nil
+}
+
+// TicketDetail is a ticket event's detail: the ticket's fields after the
+// change. Statuses come upper-case ("OPEN"); IDs as strings.
+type TicketDetail struct {
+	ID          ID       `json:"id"`
+	ActorID     ID       `json:"actor_id"`
+	RequesterID ID       `json:"requester_id"`
+	SubmitterID ID       `json:"submitter_id"`
+	AssigneeID  ID       `json:"assignee_id"`
+	Subject     string   `json:"subject"`
+	Status      string   `json:"status"`
+	Tags        []string `json:"tags"`
+	CreatedAt   string   `json:"created_at"`
+	UpdatedAt   string   `json:"updated_at"`
+	Via         struct {
+		Channel string `json:"channel"`
+	} `json:"via"`
+}
+
+// CommentAdded is the event object of ticket.comment_added.
+type CommentAdded struct {
+	Comment *struct {
+		ID       ID     `json:"id"`
+		Body     string `json:"body"`
+		IsPublic *bool  `json:"is_public"`
+		Author   struct {
+			ID      ID   `json:"id"`
+			IsStaff bool `json:"is_staff"`
+		} `json:"author"`
+	} `json:"comment"`
+}
+
+// Change is the event object of ticket.status_changed (and other
+// *_changed types): the values before and after.
+type Change struct {
+	Current  json.RawMessage `json:"current"`
+	Previous json.RawMessage `json:"previous"`
+}
+
+// TicketChange is what a consumed ticket event tells supportflow.
+type TicketChange struct {
+	EventID   string
+	EventType string
+	TicketID  int64
+	// At is when the event happened (its envelope time).
+	At time.Time
+	// UpdatedAt is the ticket's updated_at after the change; the mirror
+	// never goes back to an older copy.
+	UpdatedAt   time.Time
+	Subject     string
+	Status      string // lower case, as the Tickets API spells it
+	RequesterID int64
+	ActorID     int64
+	// Comment is set for ticket.comment_added.
+	Comment *ChangeComment
+}
+
+// ChangeComment is the comment a ticket.comment_added event added.
+type ChangeComment struct {
+	ID       int64
+	AuthorID int64
+	Public   bool
+	At       time.Time
+}
+
+// statuses are the ticket statuses the mirror stores (lower case).
+var statuses = map[string]bool{"new": true, "open": true, "pending": true, "hold": true, "solved": true, "closed": true, "deleted": true, "archived": true, "scrubbed": true}
+
+// maxEventIDLen bounds an event ID (Zendesk's are UUIDs).
+const maxEventIDLen = 128
+
+// Parse checks a webhook body and reads the envelope. It refuses, with a
+// *BodyError, a body that is not valid UTF-8, that holds a NUL character
+// (PostgreSQL cannot store one in text), that repeats a key in any object
+// (which JSON decoders resolve differently, so it is ambiguous), that is
+// not one JSON object, or that lacks the envelope's type and id.
+func Parse(body []byte) (Event, error) {
+	var ev Event
+	if err := CheckJSON(body); err != nil {
+		return ev, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&ev); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return ev, bad(KindUnknownShape, "field %q has the wrong type (%s)", ute.Field, ute.Value)
+		}
+		return ev, bad(KindMalformed, "%v", err)
+	}
+	if ev.Type == "" || ev.ID == "" {
+		return ev, bad(KindUnknownShape, "not a Zendesk event: type and id are required")
+	}
+	if !strings.HasPrefix(ev.Type, "zen:event-type") {
+		return ev, bad(KindUnknownShape, "type %q is not a Zendesk event type", text.Clip(ev.Type, 60))
+	}
+	if len(ev.ID) > maxEventIDLen {
+		return ev, bad(KindInvalidEvent, "id is longer than %d characters", maxEventIDLen)
+	}
+	return ev, nil
+}
+
+// Ticket reads a consumed ticket event. Errors are *BodyError
+// (invalid-event): a subject that is not zen:ticket:N or disagrees with
+// detail.id, an unreadable time, an unknown status, a comment event
+// without its comment.
+func (ev Event) Ticket() (TicketChange, error) {
+	c := TicketChange{EventID: ev.ID, EventType: ev.Type}
+	num, ok := strings.CutPrefix(ev.Subject, "zen:ticket:")
+	id, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || id <= 0 {
+		return c, bad(KindInvalidEvent, "subject %q must be zen:ticket:{positive id}", text.Clip(ev.Subject, 60))
+	}
+	c.TicketID = id
+	if c.At, err = parseTime(ev.Time); err != nil {
+		return c, bad(KindInvalidEvent, "time: %v", err)
+	}
+	if len(ev.Detail) == 0 || string(ev.Detail) == "null" {
+		return c, bad(KindInvalidEvent, "detail is required for %s", ev.Type)
+	}
+	var d TicketDetail
+	if err := json.Unmarshal(ev.Detail, &d); err != nil {
+		return c, bad(KindInvalidEvent, "detail: %v", err)
+	}
+	if int64(d.ID) != id {
+		return c, bad(KindInvalidEvent, "detail.id %d does not match subject %s", d.ID, ev.Subject)
+	}
+	if c.UpdatedAt, err = parseTime(d.UpdatedAt); err != nil {
+		return c, bad(KindInvalidEvent, "detail.updated_at: %v", err)
+	}
+	c.Status = strings.ToLower(d.Status)
+	if !statuses[c.Status] {
+		return c, bad(KindInvalidEvent, "detail.status %q is not a ticket status", text.Clip(d.Status, 20))
+	}
+	if len(d.Subject) > 1024 {
+		return c, bad(KindInvalidEvent, "detail.subject is longer than 1024 bytes")
+	}
+	c.Subject, c.RequesterID, c.ActorID = d.Subject, int64(d.RequesterID), int64(d.ActorID)
+	if ev.Type == TypeTicketCommentAdded {
+		var ca CommentAdded
+		if err := json.Unmarshal(ev.Event, &ca); err != nil {
+			return c, bad(KindInvalidEvent, "event: %v", err)
+		}
+		if ca.Comment == nil || ca.Comment.ID <= 0 || ca.Comment.IsPublic == nil {
+			return c, bad(KindInvalidEvent, "event.comment with its id and is_public is required for %s", ev.Type)
+		}
+		// The comment's own time is not in the event; the ticket's
+		// updated_at is the time of the update that added it, which is
+		// also the comment's created_at in the exports the reconciler
+		// reads, so both sources agree on "who spoke last".
+		c.Comment = &ChangeComment{ID: int64(ca.Comment.ID), AuthorID: int64(ca.Comment.Author.ID),
+			Public: *ca.Comment.IsPublic, At: c.UpdatedAt}
+	}
+	return c, nil
+}
+
+// parseTime reads an RFC 3339 time (Zendesk sends whole seconds in
+// detail and nanoseconds in the envelope).
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, errors.New("missing")
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time", text.Clip(s, 40))
+	}
+	return t.UTC(), nil
+}
+
+// CheckJSON refuses what a JSON decoder would accept but supportflow must
+// not: invalid UTF-8 (Go's decoder silently replaces it), a NUL character
+// anywhere (raw or escaped as \u0000), a key repeated in one object
+// (decoders disagree on which copy wins), and anything but exactly one
+// object.
+func CheckJSON(body []byte) error {
+	if !utf8.Valid(body) {
+		return bad(KindInvalidUTF8, "the body is not valid UTF-8")
+	}
+	if bytes.IndexByte(body, 0) >= 0 {
+		return bad(KindNULCharacter, "the body holds a NUL character")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	// One frame per open container: for an object, its keys so far and
+	// whether the next token is a key.
+	type frame struct {
+		keys      map[string]bool // nil for an array
+		expectKey bool
+	}
+	var stack []*frame
+	valueRead := func() {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].expectKey = true
+		}
+	}
+	for first := true; ; first = false {
+		tok, err := dec.Token()
+		if err != nil {
+			return bad(KindMalformed, "%v", err)
+		}
+		if d, ok := tok.(json.Delim); first && (!ok || d != '{') {
+			return bad(KindMalformed, "the body must be one JSON object")
+		}
+		if n := len(stack); n > 0 && stack[n-1].keys != nil && stack[n-1].expectKey {
+			if key, ok := tok.(string); ok {
+				if strings.ContainsRune(key, 0) {
+					return bad(KindNULCharacter, "a key holds a NUL character")
+				}
+				if stack[n-1].keys[key] {
+					return bad(KindDuplicateKey, "the key %q appears twice in one object", text.Clip(key, 60))
+				}
+				stack[n-1].keys[key] = true
+				stack[n-1].expectKey = false
+				continue
+			}
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, &frame{keys: map[string]bool{}, expectKey: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default: // '}' or ']'
+				stack = stack[:len(stack)-1]
+				valueRead()
+			}
+		case string:
+			if strings.ContainsRune(v, 0) {
+				return bad(KindNULCharacter, "a string holds a NUL character (\\u0000)")
+			}
+			valueRead()
+		default:
+			valueRead()
+		}
+		if len(stack) == 0 {
+			// The object closed: only white space may follow.
+			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+				return bad(KindMalformed, "the body has data after its JSON object")
+			}
+			return nil
+		}
+	}
+}

@@ -1,0 +1,289 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/text"
+	"github.com/supportflow/supportflow/ledger"
+)
+
+// DB is what the store needs of a pgx pool.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store keeps ticket events, the reconciler's export cursor and its runs
+// for one account. The mirror itself is the ledger's (its writer shares
+// the per-ticket advisory lock with action reservation).
+type Store struct {
+	db      DB
+	ledger  *ledger.Ledger
+	account string
+}
+
+// NewStore returns the account's store; l must be keyed by the same
+// account.
+func NewStore(db DB, l *ledger.Ledger, account string) *Store {
+	return &Store{db: db, ledger: l, account: account}
+}
+
+// Source of a ticket event row.
+const (
+	SourceWebhook   = "webhook"
+	SourceReconcile = "reconcile"
+)
+
+// Recorded is what recording an event did.
+type Recorded struct {
+	// Duplicate is true when the event ID was already recorded: nothing
+	// was written.
+	Duplicate bool
+	Mirror    ledger.MirrorChange
+	// Own is true when supportflow's own API user caused the event.
+	Own bool
+	// Dispatch is true when the event is queued for Temporal (enrichment,
+	// and a supersede when Event.CustomerActivity).
+	Dispatch bool
+	Event    supportflow.TicketEvent
+}
+
+// RecordWebhook applies a webhook's ticket change in one transaction: the
+// mirror under the ticket's lock and the ticket_event row keyed by the
+// event ID. A repeated event ID writes nothing and reports Duplicate.
+// ownUserID is supportflow's Zendesk API user (0: unknown, nothing is
+// treated as its own).
+func (s *Store) RecordWebhook(ctx context.Context, c TicketChange, ownUserID int64) (Recorded, error) {
+	m := ledger.TicketMirror{TicketID: c.TicketID, Subject: c.Subject, Status: c.Status, RequesterID: c.RequesterID, UpdatedAt: c.UpdatedAt}
+	if cm := c.Comment; cm != nil && cm.Public {
+		if cm.AuthorID != 0 && cm.AuthorID == c.RequesterID {
+			m.LastCustomerCommentAt = cm.At
+		} else {
+			m.LastAgentCommentAt = cm.At
+		}
+	}
+	own := ownUserID != 0 && (c.ActorID == ownUserID || (c.Comment != nil && c.Comment.AuthorID == ownUserID))
+	kind := supportflow.TicketUpdated
+	if c.EventType == TypeTicketCreated {
+		kind = supportflow.TicketCreated
+		// A ticket the requester opened starts with their public
+		// description: the customer spoke.
+		if c.ActorID != 0 && c.ActorID == c.RequesterID && !own {
+			m.LastCustomerCommentAt = c.UpdatedAt
+		}
+	}
+	r := row{eventID: c.EventID, eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: c.ActorID, own: own}
+	return s.record(ctx, func(ledger.MirrorChange) row { return r }, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+		return s.ledger.ApplyTicketMirrorTx(ctx, tx, m)
+	}, c.TicketID, c.RequesterID)
+}
+
+// row is a ticket_event row before the mirror decided the rest.
+type row struct {
+	eventID, eventType, source, kind string
+	at                               time.Time
+	actorID                          int64
+	own                              bool
+}
+
+// record runs mirror inside a transaction and records the event row that
+// rowFor derives from the mirror's change; the row's event ID must not
+// depend on the change (it is checked first, so a known event changes
+// nothing).
+func (s *Store) record(ctx context.Context, rowFor func(ledger.MirrorChange) row, mirror func(pgx.Tx) (ledger.MirrorChange, error), ticketID, requesterID int64) (Recorded, error) {
+	var rec Recorded
+	eventID := rowFor(ledger.MirrorChange{}).eventID
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ticket_event WHERE account = $1 AND event_id = $2)`,
+			s.account, eventID).Scan(&exists); err != nil {
+			return fmt.Errorf("ingest: look up event: %w", err)
+		}
+		if exists {
+			rec.Duplicate = true
+			return nil
+		}
+		mc, err := mirror(tx)
+		if err != nil {
+			return err
+		}
+		r := rowFor(mc)
+		rec.Mirror, rec.Own = mc, r.own
+		// Only news is handed on: an older copy of the ticket (out of
+		// order) changes nothing and must not supersede a proposal that
+		// already covered it. Our own writes are recorded, never handed on.
+		rec.Dispatch = mc.Wrote && !r.own
+		rec.Event = supportflow.TicketEvent{TicketID: ticketID, Kind: r.kind, At: r.at, RequesterID: requesterID,
+			CustomerActivity: rec.Dispatch && mc.CustomerNews && r.kind == supportflow.TicketUpdated}
+		var requester, actor *int64
+		if requesterID != 0 {
+			requester = &requesterID
+		}
+		if r.actorID != 0 {
+			actor = &r.actorID
+		}
+		tag, err := tx.Exec(ctx, `
+INSERT INTO ticket_event (account, event_id, ticket_id, event_type, source, occurred_at, kind, requester_id, actor_id,
+                          own_write, customer_activity, mirrored, dispatched_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, CASE WHEN $13 THEN NULL ELSE now() END)
+ON CONFLICT (account, event_id) DO NOTHING`,
+			s.account, r.eventID, ticketID, text.Clip(r.eventType, 200), r.source, r.at, r.kind, requester, actor,
+			r.own, rec.Event.CustomerActivity, mc.Wrote, rec.Dispatch)
+		if err != nil {
+			return fmt.Errorf("ingest: record event: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			// A concurrent delivery of the same event won; roll back our
+			// copy of its (identical) mirror write.
+			rec = Recorded{Duplicate: true}
+			return errDuplicate
+		}
+		return nil
+	})
+	if errors.Is(err, errDuplicate) {
+		return Recorded{Duplicate: true}, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	return rec, nil
+}
+
+var errDuplicate = errors.New("duplicate event")
+
+// Due is an event the relay hands to Temporal.
+type Due struct {
+	EventID  string
+	Event    supportflow.TicketEvent
+	Attempts int
+}
+
+// ClaimDue takes up to limit events due for dispatch, pushing each one's
+// dispatch_after a lease ahead so no other relay takes it meanwhile.
+func (s *Store) ClaimDue(ctx context.Context, limit int, lease time.Duration) ([]Due, error) {
+	rows, err := s.db.Query(ctx, `
+UPDATE ticket_event SET dispatch_after = now() + $3::interval, dispatch_attempts = dispatch_attempts + 1
+WHERE (account, event_id) IN (
+    SELECT account, event_id FROM ticket_event
+    WHERE account = $1 AND dispatched_at IS NULL AND NOT own_write AND dispatch_after <= now()
+    ORDER BY dispatch_after LIMIT $2
+    FOR UPDATE SKIP LOCKED)
+RETURNING event_id, ticket_id, kind, occurred_at, COALESCE(requester_id, 0), customer_activity, dispatch_attempts`,
+		s.account, limit, lease.String())
+	if err != nil {
+		return nil, fmt.Errorf("ingest: claim due events: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Due, error) {
+		var d Due
+		err := r.Scan(&d.EventID, &d.Event.TicketID, &d.Event.Kind, &d.Event.At, &d.Event.RequesterID, &d.Event.CustomerActivity, &d.Attempts)
+		return d, err
+	})
+}
+
+// MarkDispatched records that Temporal has the event.
+func (s *Store) MarkDispatched(ctx context.Context, eventID string) error {
+	_, err := s.db.Exec(ctx, `UPDATE ticket_event SET dispatched_at = now(), last_error = NULL
+WHERE account = $1 AND event_id = $2 AND dispatched_at IS NULL`, s.account, eventID)
+	if err != nil {
+		return fmt.Errorf("ingest: mark dispatched: %w", err)
+	}
+	return nil
+}
+
+// Postpone records a failed dispatch; the event is due again after wait.
+func (s *Store) Postpone(ctx context.Context, eventID string, wait time.Duration, cause error) error {
+	_, err := s.db.Exec(ctx, `UPDATE ticket_event SET dispatch_after = now() + $3::interval, last_error = $4
+WHERE account = $1 AND event_id = $2 AND dispatched_at IS NULL`, s.account, eventID, wait.String(), text.Clip(cause.Error(), 1024))
+	if err != nil {
+		return fmt.Errorf("ingest: postpone dispatch: %w", err)
+	}
+	return nil
+}
+
+// Undispatched counts events recorded but not yet handed to Temporal.
+func (s *Store) Undispatched(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM ticket_event WHERE account = $1 AND dispatched_at IS NULL AND NOT own_write`, s.account).Scan(&n)
+	return n, err
+}
+
+// ExportCursor is where the reconciler resumes Zendesk's incremental
+// exports.
+type ExportCursor struct {
+	// Tickets is the cursor-based ticket export's after_cursor; empty
+	// before the first export (which starts from a start_time).
+	Tickets string `json:"tickets,omitempty"`
+	// EventsStart is the next ticket event export's start_time (Unix
+	// seconds); 0 before the first.
+	EventsStart int64 `json:"events_start,omitempty"`
+}
+
+// Cursor reads the account's export cursor; the zero cursor when none.
+func (s *Store) Cursor(ctx context.Context) (ExportCursor, error) {
+	var c ExportCursor
+	var tickets *string
+	var start *int64
+	err := s.db.QueryRow(ctx, `SELECT tickets_cursor, events_start FROM zendesk_export_cursor WHERE account = $1`, s.account).Scan(&tickets, &start)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("ingest: read export cursor: %w", err)
+	}
+	if tickets != nil {
+		c.Tickets = *tickets
+	}
+	if start != nil {
+		c.EventsStart = *start
+	}
+	return c, nil
+}
+
+// SaveCursor stores the export cursor.
+func (s *Store) SaveCursor(ctx context.Context, c ExportCursor) error {
+	_, err := s.db.Exec(ctx, `
+INSERT INTO zendesk_export_cursor (account, tickets_cursor, events_start) VALUES ($1, NULLIF($2, ''), NULLIF($3, 0))
+ON CONFLICT (account) DO UPDATE SET tickets_cursor = excluded.tickets_cursor, events_start = excluded.events_start, updated_at = now()`,
+		s.account, c.Tickets, c.EventsStart)
+	if err != nil {
+		return fmt.Errorf("ingest: save export cursor: %w", err)
+	}
+	return nil
+}
+
+// RecordRun stores a reconciliation's summary.
+func (s *Store) RecordRun(ctx context.Context, workflowID string, ticketsRead, eventsRead int, repaired []int64) error {
+	if repaired == nil {
+		repaired = []int64{}
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO reconcile_run (account, workflow_id, tickets_read, events_read, repaired, repaired_tickets)
+VALUES ($1, $2, $3, $4, $5, $6)`, s.account, workflowID, ticketsRead, eventsRead, len(repaired), repaired)
+	if err != nil {
+		return fmt.Errorf("ingest: record reconcile run: %w", err)
+	}
+	return nil
+}
+
+// TotalRepaired sums the repairs of every recorded reconciliation.
+func (s *Store) TotalRepaired(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT COALESCE(sum(repaired), 0) FROM reconcile_run WHERE account = $1`, s.account).Scan(&n)
+	return n, err
+}
+
+// reconcileEventID names a ticket event the reconciler recorded, from
+// business identity (the ticket and the change's time), so a second
+// reconciliation of the same change is a duplicate.
+func reconcileEventID(ticketID int64, what string, at time.Time) string {
+	return "reconcile:" + strconv.FormatInt(ticketID, 10) + ":" + what + ":" + strconv.FormatInt(at.Unix(), 10)
+}

@@ -1,0 +1,35 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// rc is the typed nil through which workflows name the reconciler.
+var rc *ingest.Reconciler
+
+// ReconcileDeadline bounds one reconciliation attempt: at most 20 export
+// requests paced to Zendesk's 10 a minute, and the mirror writes.
+const ReconcileDeadline = 15 * time.Minute
+
+// ReconcileTickets runs one reconciliation pass (ingest.Reconciler): it
+// reads Zendesk's incremental exports from the saved cursor and repairs
+// every ticket the webhooks missed. A Temporal Schedule runs it every
+// ReconcileInterval (5 min) with overlap SKIP; the reconcile query and
+// the result say what it read and repaired.
+func (w *Workflows) ReconcileTickets(ctx workflow.Context, _ supportflow.ReconcileRequest) (supportflow.ReconcileResult, error) {
+	var res supportflow.ReconcileResult
+	if err := workflow.SetQueryHandler(ctx, supportflow.ReconcileQuery, func() (supportflow.ReconcileResult, error) {
+		return res, nil
+	}); err != nil {
+		return res, err
+	}
+	actx := w.activityOptions(ctx, policy.KindZendeskRead, ReconcileDeadline, true)
+	err := workflow.ExecuteActivity(actx, rc.ReconcileTickets, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, &res)
+	return res, err
+}
