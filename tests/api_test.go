@@ -36,12 +36,22 @@ type apiClient struct {
 
 func (s *stack) api() *apiClient {
 	s.t.Helper()
-	srv, err := api.New(api.Config{Tokens: []string{apiToken}, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond},
+	srv, err := api.New(api.Config{Tokens: []string{apiToken}, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
+		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond},
 		s.starter, s.ledger, s.pool, s.temporal, nil)
 	require.NoError(s.t, err)
 	hs := httptest.NewServer(srv)
-	s.t.Cleanup(hs.Close)
+	relayDone := make(chan struct{})
+	go func() { srv.RunRelay(context.Background()); close(relayDone) }()
+	s.t.Cleanup(func() { hs.Close(); srv.Close(); <-relayDone })
 	return &apiClient{t: s.t, s: s, url: hs.URL}
+}
+
+// subscribe points the Zendesk stand-in's ticket event webhook at the API,
+// as an admin does in Zendesk: every later ticket change is delivered.
+func (c *apiClient) subscribe(cfg standin.WebhookConfig) {
+	cfg.URL, cfg.Secret = c.url+"/webhooks/zendesk", webhookSecret
+	c.s.zd.SetWebhook(cfg)
 }
 
 func (c *apiClient) do(method, path, token string, body []byte, header http.Header) (int, []byte) {
@@ -71,10 +81,23 @@ func signed(ts time.Time, body []byte) http.Header {
 	}
 }
 
-func webhookBody(t *testing.T, event string, ticket standin.Ticket, comment *api.WebhookComment) []byte {
-	b, err := json.Marshal(api.WebhookEvent{Event: event, Comment: comment, Ticket: api.WebhookTicket{
-		ID: ticket.ID, Subject: ticket.Subject, Status: ticket.Status, RequesterID: ticket.RequesterID, UpdatedAt: time.Now().UTC(),
-	}})
+// ticketEvent is a Zendesk ticket event webhook body for ticket, as the
+// documented envelope has it (string IDs, upper-case status).
+func ticketEvent(t *testing.T, eventType string, ticket standin.Ticket, event map[string]any) []byte {
+	t.Helper()
+	now := time.Now().UTC()
+	if event == nil {
+		event = map[string]any{}
+	}
+	b, err := json.Marshal(map[string]any{
+		"account_id": 1, "id": fmt.Sprintf("test-%d-%d", ticket.ID, now.UnixNano()), "time": now.Format(time.RFC3339Nano),
+		"type": "zen:event-type:ticket." + eventType, "zendesk_event_version": "2022-11-06",
+		"subject": fmt.Sprintf("zen:ticket:%d", ticket.ID),
+		"detail": map[string]any{"id": fmt.Sprint(ticket.ID), "actor_id": fmt.Sprint(ticket.RequesterID),
+			"requester_id": fmt.Sprint(ticket.RequesterID), "status": strings.ToUpper(ticket.Status), "subject": ticket.Subject,
+			"created_at": now.Format(time.RFC3339), "updated_at": now.Format(time.RFC3339), "via": map[string]any{"channel": "web_service"}},
+		"event": event,
+	})
 	require.NoError(t, err)
 	return b
 }
@@ -123,17 +146,14 @@ func TestAPI_WebhookEnrichDraftApproveEndToEnd(t *testing.T) {
 	s.extraEnv = []string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=200ms", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=200ms"}
 	s.startWorker()
 	c := s.api()
+	c.subscribe(standin.WebhookConfig{})
 
 	requester := 40000 + ticketIDs.Add(1)
 	ticket := standin.Ticket{ID: 40000 + ticketIDs.Add(1), Subject: "Cancel please", Description: "Please cancel my subscription.",
 		RequesterID: requester, RequesterName: "Ada", Status: "new"}
-	s.zd.AddTicket(ticket)
 	s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "cust-7", Orders: 3, ActiveSubscriptions: []string{"sub-7"}})
 	s.subs.AddSubscription("sub-7", "cust-7")
-
-	body := webhookBody(t, "ticket.created", ticket, &api.WebhookComment{AuthorID: requester, Public: true, CreatedAt: time.Now().UTC()})
-	code, resp := c.do("POST", "/webhooks/zendesk", "", body, signed(time.Now(), body))
-	require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	s.zd.AddTicket(ticket) // Zendesk delivers ticket.created to the webhook
 
 	require.Eventually(t, func() bool {
 		st, err := s.starter.EnrichmentStatus(context.Background(), ticket.ID)
@@ -141,7 +161,7 @@ func TestAPI_WebhookEnrichDraftApproveEndToEnd(t *testing.T) {
 	}, waitBudget, 50*time.Millisecond, "the webhook's event was enriched")
 
 	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond})
-	code, resp = c.do("POST", fmt.Sprintf("/tickets/%d/drafts", ticket.ID), apiToken, nil, nil)
+	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", ticket.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	var started api.DraftStarted
 	require.NoError(t, json.Unmarshal(resp, &started))
@@ -198,7 +218,7 @@ type world struct {
 func (s *stack) world(tickets ...int64) world {
 	s.t.Helper()
 	w := world{rows: map[string]int{}, workflows: map[string]string{}}
-	for _, table := range []string{"ticket_mirror", "proposal", "action", "action_cancellation", "webhook_delivery", "enrichment_run", "lookup_log"} {
+	for _, table := range []string{"ticket_mirror", "proposal", "action", "action_cancellation", "ticket_event", "enrichment_run", "lookup_log"} {
 		w.rows[table] = s.count(`SELECT count(*) FROM ` + table)
 	}
 	w.comments, w.modelCalls, w.bqQueries = s.zd.TotalComments(), s.model.Requests(), s.bq.Queries()
@@ -225,18 +245,17 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	s.extraEnv = []string{"SUPPORTFLOW_PROPOSAL_EXPIRY=6s", "SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=100ms", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=100ms"}
 	s.startWorker()
 	c := s.api()
+	c.subscribe(standin.WebhookConfig{})
 
 	// Three tickets, each drafted: one left to expire, one superseded by a
 	// customer reply, one approved and executed.
 	newTicket := func() standin.Ticket {
 		requester := 50000 + ticketIDs.Add(1)
 		tk := standin.Ticket{ID: 50000 + ticketIDs.Add(1), Subject: "Help", Description: "Where is my order?", RequesterID: requester, Status: "open"}
-		s.zd.AddTicket(tk)
 		s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "c"})
-		body := webhookBody(t, "ticket.created", tk, nil)
-		code, resp := c.do("POST", "/webhooks/zendesk", "", body, signed(time.Now(), body))
-		require.Equal(t, http.StatusAccepted, code, "%s", resp)
-		code, resp = c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tk.ID), apiToken, nil, nil)
+		s.zd.AddTicket(tk) // ticket.created reaches the webhook
+		s.waitMirrored(tk.ID)
+		code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tk.ID), apiToken, nil, nil)
 		require.Equal(t, http.StatusAccepted, code, "%s", resp)
 		return tk
 	}
@@ -247,19 +266,37 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	}
 	code, resp := c.do("POST", "/proposals/"+first[approved.ID].Proposal.ID+"/approve", apiToken, nil, nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
+	// The customer writes again a second later (Zendesk's times are whole
+	// seconds): ticket.comment_added supersedes the draft.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	s.zd.AddComment(superseded.ID, standin.SeedComment{Body: "Hello? Anyone?"})
-	body := webhookBody(t, "ticket.updated", superseded, &api.WebhookComment{AuthorID: superseded.RequesterID, Public: true, CreatedAt: time.Now().UTC()})
-	replayHeaders := signed(time.Now(), body)
-	code, resp = c.do("POST", "/webhooks/zendesk", "", body, replayHeaders)
-	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	s.waitDraft(superseded.ID, "redrafted", func(st supportflow.DraftStatus) bool {
 		return st.Proposal != nil && st.Proposal.ID != first[superseded.ID].Proposal.ID
 	})
 	s.waitState(approved.ID, supportflow.DraftDone)
 	s.waitState(expired.ID, supportflow.DraftExpired)
 	time.Sleep(500 * time.Millisecond) // let the last proposal-state writes land
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), waitBudget)
+	defer cancelWait()
+	require.NoError(t, s.zd.WaitWebhooks(waitCtx))
+	s.zd.SetWebhook(standin.WebhookConfig{}) // from here on only the table's requests arrive
 
-	goodBody := webhookBody(t, "ticket.updated", expired, nil)
+	goodBody := ticketEvent(t, "status_changed", expired, map[string]any{"previous": "OPEN", "current": "OPEN"})
+	jsonHeader := func(ct string, body []byte) http.Header {
+		h := signed(time.Now(), body)
+		h.Set("Content-Type", ct)
+		return h
+	}
+	withSigned := func(body string) ([]byte, http.Header) { return []byte(body), signed(time.Now(), []byte(body)) }
+	nulBody, nulHeader := withSigned(strings.Replace(string(goodBody), `"Help"`, `"He\u0000lp"`, 1))
+	rawNULBody, rawNULHeader := withSigned(strings.Replace(string(goodBody), `"Help"`, "\"He\x00lp\"", 1))
+	utf8Body, utf8Header := withSigned(strings.Replace(string(goodBody), `"Help"`, "\"He\xfflp\"", 1))
+	dupBody, dupHeader := withSigned(strings.Replace(string(goodBody), `"status":"OPEN"`, `"status":"OPEN","status":"CLOSED"`, 1))
+	oldShape, oldShapeHeader := withSigned(`{"event":"ticket.updated","ticket":{"id":1}}`)
+	arrayBody, arrayHeader := withSigned(`[{"type":"zen:event-type:ticket.created"}]`)
+	mismatch, mismatchHeader := withSigned(strings.Replace(string(goodBody), fmt.Sprintf(`"subject":"zen:ticket:%d"`, expired.ID), `"subject":"zen:ticket:1"`, 1))
+	bigBody := ticketEvent(t, "comment_added", expired, map[string]any{"comment": map[string]any{"id": "1", "is_public": true, "body": strings.Repeat("x", 1<<20)}})
+	require.NotContains(t, string(goodBody), "\u0000")
 	oversized := []byte(`{"reason":"` + strings.Repeat("x", 70<<10) + `"}`)
 	approvePath := func(tk standin.Ticket) string { return "/proposals/" + first[tk.ID].Proposal.ID + "/approve" }
 	unknownTicket := int64(987654321)
@@ -278,10 +315,19 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		{"webhook without a signature", "POST", "/webhooks/zendesk", "", goodBody, nil, 401, "unsigned-webhook"},
 		{"webhook with a stale timestamp", "POST", "/webhooks/zendesk", "", goodBody, signed(time.Now().Add(-10*time.Minute), goodBody), 401, "stale-timestamp"},
 		{"webhook signed for another body", "POST", "/webhooks/zendesk", "", append(goodBody[:len(goodBody):len(goodBody)], ' '), signed(time.Now(), goodBody), 401, "bad-signature"},
-		{"replayed webhook", "POST", "/webhooks/zendesk", "", body, replayHeaders, 409, "replayed-webhook"},
+		{"webhook with an escaped NUL", "POST", "/webhooks/zendesk", "", nulBody, nulHeader, 400, "nul-character"},
+		{"webhook with a raw NUL", "POST", "/webhooks/zendesk", "", rawNULBody, rawNULHeader, 400, "nul-character"},
+		{"webhook with invalid UTF-8", "POST", "/webhooks/zendesk", "", utf8Body, utf8Header, 400, "invalid-utf8"},
+		{"webhook with a duplicate key", "POST", "/webhooks/zendesk", "", dupBody, dupHeader, 400, "duplicate-key"},
+		{"signed webhook as text/plain", "POST", "/webhooks/zendesk", "", goodBody, jsonHeader("text/plain", goodBody), 415, "unsupported-media-type"},
+		{"signed webhook without a content type", "POST", "/webhooks/zendesk", "", goodBody, jsonHeader("", goodBody), 415, "unsupported-media-type"},
+		{"webhook in Latin-1", "POST", "/webhooks/zendesk", "", goodBody, jsonHeader("application/json; charset=iso-8859-1", goodBody), 415, "unsupported-media-type"},
+		{"webhook in the old trigger shape", "POST", "/webhooks/zendesk", "", oldShape, oldShapeHeader, 422, "unknown-shape"},
+		{"webhook that is an array", "POST", "/webhooks/zendesk", "", arrayBody, arrayHeader, 400, "malformed-json"},
+		{"webhook whose subject and detail disagree", "POST", "/webhooks/zendesk", "", mismatch, mismatchHeader, 422, "invalid-event"},
+		{"webhook over 1 MiB", "POST", "/webhooks/zendesk", "", bigBody, signed(time.Now(), bigBody), 413, "body-too-large"},
 		{"malformed JSON", "POST", approvePath(approved), apiToken, []byte(`{"approved_by":`), nil, 400, "malformed-json"},
 		{"unknown field", "POST", fmt.Sprintf("/tickets/%d/drafts", expired.ID), apiToken, []byte(`{"reason":"x","priority":"high"}`), nil, 400, "unknown-field"},
-		{"unknown webhook field", "POST", "/webhooks/zendesk", "", []byte(`{"event":"ticket.updated","x":1}`), signed(time.Now(), []byte(`{"event":"ticket.updated","x":1}`)), 400, "unknown-field"},
 		{"oversized body", "POST", fmt.Sprintf("/tickets/%d/drafts", expired.ID), apiToken, oversized, nil, 413, "body-too-large"},
 		{"unknown ticket", "POST", fmt.Sprintf("/tickets/%d/drafts", unknownTicket), apiToken, nil, nil, 404, "unknown-ticket"},
 		{"ticket without a draft", "GET", fmt.Sprintf("/tickets/%d/draft", unknownTicket), apiToken, nil, nil, 404, "no-draft"},
@@ -314,6 +360,30 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 			assert.Equal(t, before, s.world(expired.ID, superseded.ID, approved.ID, unknownTicket), "nothing was started or written")
 		})
 	}
+	// A repeated delivery and an event type supportflow does not read are
+	// answered 200 and change nothing. (The event is supportflow's own
+	// write, so its first delivery starts nothing either.)
+	ownBody := []byte(strings.Replace(string(goodBody), fmt.Sprintf(`"actor_id":"%d"`, expired.RequesterID), fmt.Sprintf(`"actor_id":"%d"`, standin.ZendeskAgentID), 1))
+	require.NotEqual(t, goodBody, ownBody)
+	code, resp = c.do("POST", "/webhooks/zendesk", "", ownBody, signed(time.Now(), ownBody))
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	assert.Contains(t, string(resp), `"own_write":true`)
+	before := s.world(expired.ID, superseded.ID, approved.ID)
+	for _, body := range [][]byte{ownBody, []byte(`{"type":"zen:event-type:user.created","id":"u-1","subject":"zen:user:1","detail":{},"event":{}}`)} {
+		code, resp = c.do("POST", "/webhooks/zendesk", "", body, signed(time.Now().Add(time.Second), body))
+		assert.Equal(t, http.StatusOK, code, "%s", resp)
+		assert.Equal(t, before, s.world(expired.ID, superseded.ID, approved.ID), "nothing changed")
+	}
+	assert.Contains(t, string(resp), `"ignored":true`)
 	assert.Equal(t, 1, s.zd.CommentCount(approved.ID), "the approved reply went out once")
 	assert.Zero(t, s.zd.CommentCount(expired.ID)+s.zd.CommentCount(superseded.ID))
+}
+
+// waitMirrored waits until a ticket's webhook has mirrored it.
+func (s *stack) waitMirrored(ticketID int64) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		_, err := s.ledger.GetTicketMirror(context.Background(), ticketID)
+		return err == nil
+	}, waitBudget, 20*time.Millisecond, "ticket %d was mirrored", ticketID)
 }

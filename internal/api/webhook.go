@@ -52,11 +52,11 @@ type WebhookAccepted struct {
 // webhook takes Zendesk's ticket event webhooks. The order of checks, and
 // what each failure gets (no bad input is ever answered 5xx):
 //
-//   - a body over MaxWebhookBody: 413; a Content-Type other than
-//     application/json: 415;
+//   - a body over MaxWebhookBody: 413;
 //   - missing signature headers, a signature that does not match the
 //     body, a timestamp that is not RFC 3339 or is more than MaxSkew from
 //     now: 401;
+//   - a Content-Type other than application/json (UTF-8): 415;
 //   - invalid UTF-8, a NUL character, a key repeated in an object, not
 //     one JSON object: 400; not a Zendesk event envelope, or a ticket event
 //     whose fields do not hold together: 422;
@@ -81,11 +81,6 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "unreadable-body", "Unreadable request body", err.Error())
 		return
 	}
-	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
-		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
-		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "a Zendesk event webhook is application/json (UTF-8)")
-		return
-	}
 	sig, ts := r.Header.Get(SignatureHeader), r.Header.Get(SignatureTimestampHeader)
 	if sig == "" || ts == "" {
 		problem(w, http.StatusUnauthorized, "unsigned-webhook", "Unsigned webhook", "the Zendesk signature headers are missing")
@@ -102,6 +97,11 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	if skew := s.now().Sub(at); skew > s.cfg.MaxSkew || skew < -s.cfg.MaxSkew {
 		problem(w, http.StatusUnauthorized, "stale-timestamp", "Stale timestamp", fmt.Sprintf("the signature timestamp is more than %s from now", s.cfg.MaxSkew))
+		return
+	}
+	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
+		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "a Zendesk event webhook is application/json (UTF-8)")
 		return
 	}
 	ev, err := ingest.Parse(body)
