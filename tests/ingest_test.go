@@ -77,11 +77,6 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 	assert.Equal(t, "open", m.Status)
 	assert.True(t, m.LastCustomerCommentAt.IsZero() && m.LastAgentCommentAt.IsZero(), "private comments do not count: %+v", m)
 
-	// Redelivered (Zendesk retries, duplicates): 200, nothing changes.
-	before := s.world(5158, 71447)
-	again := deliver("ticket_created.json")
-	assert.True(t, again.Duplicate)
-	assert.Equal(t, before, s.world(5158, 71447))
 
 	type row struct {
 		EventID, Type, Kind, Source string
@@ -110,6 +105,12 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 		}, waitBudget, 50*time.Millisecond, "ticket %d was looked up", id)
 	}
 	assert.Zero(t, s.count(`SELECT count(*) FROM ticket_event WHERE dispatched_at IS NULL`), "every event was dispatched")
+
+	// Redelivered (Zendesk retries, duplicates): 200, nothing changes.
+	before := s.world(5158, 71447)
+	again := deliver("ticket_created.json")
+	assert.True(t, again.Duplicate)
+	assert.Equal(t, before, s.world(5158, 71447))
 }
 
 // PostgreSQL out of reach while Zendesk delivers: the webhook answers 503
@@ -238,7 +239,10 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 		ids[i] = base + int64(i)
 		s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: fmt.Sprintf("c-%d", i)})
 		s.zd.AddTicket(standin.Ticket{ID: ids[i], Subject: "Where is my order?", Description: "It has not arrived.", RequesterID: requester})
-		if i%60 == 30 {
+		if i%60 < 25 || i%60 > 30 {
+			time.Sleep(15 * time.Millisecond)
+		}
+		if i%60 == 30 { // right after a burst of six: deliveries in flight
 			a.kill() // mid-delivery: the deliveries in flight are cut off
 			time.Sleep(100 * time.Millisecond)
 			a.restart()
@@ -249,6 +253,9 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	for i, id := range ids {
 		s.zd.AddComment(id, standin.SeedComment{Body: "Any news?"})
+		if i%60 < 40 || i%60 > 45 {
+			time.Sleep(15 * time.Millisecond)
+		}
 		if i%60 == 45 {
 			a.kill()
 			time.Sleep(100 * time.Millisecond)
@@ -261,6 +268,7 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	stats := s.zd.WebhookStats()
 	t.Logf("webhooks: %d events, %d delivered, %d lost (%v)", stats.Events, stats.Delivered, stats.Lost, stats.ByStatus)
 	require.Greater(t, stats.Lost, tickets/10, "deliveries were lost")
+	require.Positive(t, stats.ByStatus[-1], "the kills cut deliveries off mid-flight")
 
 	// Past the exports' lag, the reconciler repairs what the webhooks lost.
 	time.Sleep(1500 * time.Millisecond)
@@ -281,7 +289,7 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 		require.NoError(t, err, "ticket %d is mirrored", id)
 		zt, _ := s.zd.Ticket(id)
 		assert.Equal(t, zt.RequesterID, m.RequesterID)
-		assert.False(t, m.LastCustomerCommentAt.IsZero(), "ticket %d (%d): the customer's comment is known", id, i)
+		assert.False(t, m.LastCustomerCommentAt.IsZero(), "ticket %d (%d): the customer's comment is known: %+v", id, i, m)
 		assert.True(t, m.LastCustomerCommentAt.After(m.LastAgentCommentAt))
 	}
 	// Every ticket is enriched, then one scan drafts each once.

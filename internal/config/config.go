@@ -219,6 +219,9 @@ var APIVars = []Var{
 	{Name: "SUPPORTFLOW_API_ADDR", Default: ":8080", Help: "address the HTTP API listens on"},
 	{Name: "SUPPORTFLOW_API_TOKENS", Help: "comma-separated bearer tokens the API accepts, each 16+ characters (needed by worker api)", Secret: true},
 	{Name: "ZENDESK_WEBHOOK_SECRET", Help: "Zendesk webhook signing secret (needed by worker api)", Secret: true},
+	{Name: "ZENDESK_API_USER_ID", Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
+	{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Default: "10s", Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
+	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
 }
 
 // API is the HTTP API's configuration.
@@ -231,6 +234,9 @@ type API struct {
 	Addr              string
 	Tokens            []string
 	WebhookSecret     string
+	ZendeskUserID     int64
+	WebhookRetryAfter time.Duration
+	RelayInterval     time.Duration
 	LogLevel          string
 	MetricsAddr       string
 	OTLPEndpoint      string
@@ -283,6 +289,21 @@ func LoadAPI() (API, error) {
 	}
 	if c.WebhookSecret == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_WEBHOOK_SECRET is required", ErrConfig))
+	}
+	if v := get("ZENDESK_API_USER_ID", ""); v == "" {
+		errs = append(errs, fmt.Errorf("%w: ZENDESK_API_USER_ID is required (the id GET /api/v2/users/me.json answers for supportflow's API token)", ErrConfig))
+	} else if id, err := strconv.ParseInt(v, 10, 64); err != nil || id <= 0 {
+		errs = append(errs, fmt.Errorf("%w: ZENDESK_API_USER_ID must be a positive integer", ErrConfig))
+	} else {
+		c.ZendeskUserID = id
+	}
+	var err error
+	if c.WebhookRetryAfter, err = time.ParseDuration(get("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", "10s")); err != nil ||
+		c.WebhookRetryAfter < time.Second || c.WebhookRetryAfter >= time.Minute {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_WEBHOOK_RETRY_AFTER must be a duration of 1-59 s", ErrConfig))
+	}
+	if c.RelayInterval, err = time.ParseDuration(get("SUPPORTFLOW_RELAY_INTERVAL", "2s")); err != nil || c.RelayInterval <= 0 {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RELAY_INTERVAL must be a positive duration", ErrConfig))
 	}
 	return c, errors.Join(errs...)
 }

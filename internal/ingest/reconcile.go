@@ -195,8 +195,8 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 	}
 	for _, id := range slices.Sorted(maps.Keys(acts)) {
 		a := acts[id]
-		if a.customerAt.IsZero() && a.agentAt.IsZero() {
-			continue
+		if len(a.authors) == 0 {
+			continue // no public comment in this stretch
 		}
 		rec, err := r.repairComments(ctx, id, a)
 		if err != nil {

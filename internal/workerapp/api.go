@@ -37,7 +37,8 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 		return fmt.Errorf("temporal: %w", err)
 	}
 	defer c.Close()
-	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret},
+	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
+		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval},
 		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, ledger.New(pool, cfg.Account), pool, c, logger)
 	if err != nil {
 		return err
@@ -56,6 +57,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
+	go srv.RunRelay(ctx)
 	select {
 	case err := <-done:
 		return err
