@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,16 +92,33 @@ func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
 	t.Setenv("ZENDESK_SUBDOMAIN", "acme")
 	t.Setenv("SUPPORTFLOW_API_TOKENS", "short")
 	t.Setenv("ZENDESK_WEBHOOK_SECRET", "")
+	t.Setenv("ZENDESK_API_USER_ID", "")
+	t.Setenv("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", "")
 	_, err := LoadAPI()
 	require.ErrorIs(t, err, ErrConfig)
 	assert.ErrorContains(t, err, "SUPPORTFLOW_API_TOKENS")
 	assert.ErrorContains(t, err, "ZENDESK_WEBHOOK_SECRET")
+	assert.ErrorContains(t, err, "ZENDESK_API_USER_ID")
 	assert.NotContains(t, err.Error(), "short", "a token's value is never echoed")
+
+	// A Retry-After Zendesk would not honour (60 s or more) is refused.
+	for _, bad := range []string{"60s", "500ms", "soon"} {
+		t.Setenv("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", bad)
+		_, err = LoadAPI()
+		assert.ErrorContains(t, err, "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", bad)
+	}
+	t.Setenv("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", "")
+	t.Setenv("ZENDESK_API_USER_ID", "-3")
+	_, err = LoadAPI()
+	assert.ErrorContains(t, err, "ZENDESK_API_USER_ID must be a positive integer")
 
 	t.Setenv("SUPPORTFLOW_API_TOKENS", "a-token-of-sixteen-chars, another-token-0123456")
 	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
+	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
 	c, err := LoadAPI()
 	require.NoError(t, err)
+	assert.Equal(t, int64(900000000001), c.ZendeskUserID)
+	assert.Equal(t, 10*time.Second, c.WebhookRetryAfter, "Zendesk retries a 503 whose Retry-After is under 60 s")
 	assert.Equal(t, []string{"a-token-of-sixteen-chars", "another-token-0123456"}, c.Tokens)
 	assert.Equal(t, "acme", c.Account, "the same account as the worker derives")
 	assert.Equal(t, ":8080", c.Addr)

@@ -39,6 +39,7 @@ var hostEnv = map[string]string{
 	"BIGQUERY_DATASET":       "host_commerce",
 	"SUPPORTFLOW_API_TOKENS": "host-api-token-0123456789",
 	"ZENDESK_WEBHOOK_SECRET": "host-webhook-secret",
+	"ZENDESK_API_USER_ID":    "900000000001",
 }
 
 // The services docker-compose.yml must define.
@@ -407,6 +408,7 @@ func TestComposeRegistersSearchAttributes(t *testing.T) {
 	}
 	for _, want := range []string{
 		"--schedule-id " + supportflow.ScanScheduleID, "--type " + supportflow.ScanTicketsWorkflow,
+		"--schedule-id " + supportflow.ReconcileScheduleID, "--type " + supportflow.ReconcileTicketsWorkflow,
 		"--interval 5m", "--overlap-policy Skip", "--task-queue " + supportflow.TaskQueue,
 	} {
 		if !strings.Contains(script, want) {

@@ -72,6 +72,19 @@ func redrive(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer)
 	})
 }
 
+func reconcile(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
+	if err := positionals(args); err != nil {
+		return err
+	}
+	return withStarter(ctx, func(s *starter.Starter) error {
+		res, err := s.Reconcile(ctx)
+		if err != nil {
+			return err
+		}
+		return printJSON(out, res)
+	})
+}
+
 func enrichmentStatus(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
 	ticket, err := ticketArg(args)
 	if err != nil {

@@ -18,13 +18,14 @@
 //	starter redrive-enrichment TICKET                  look a (dead-lettered) ticket up again now
 //	starter enrichment-status TICKET                   a ticket's enrichment state as JSON
 //	starter parity --legacy-table NAME                 compare a legacy enrichment table with supportflow's
+//	starter reconcile                                  repair what the ticket event webhooks missed, now; print the result
 //
 // Evaluation and schedules:
 //
 //	starter evaluate --run-id ID --set NAME --tickets 1,2,3 [--concurrency N]
 //	                                                   start an evaluation run (workflow eval/{ID})
 //	starter evaluation-status RUN_ID                   an evaluation run's progress as JSON
-//	starter ensure-schedules [--scan-interval 5m]      create or update the scan and retention-prune schedules
+//	starter ensure-schedules [--scan-interval 5m]      create or update the scan, reconcile and retention-prune schedules
 //
 // Exit status: 0 done, 1 failed (including a stale proposal or a ticket
 // without a draft), 2 bad usage.
@@ -106,6 +107,8 @@ var commands = []command{
 		run: parity, flags: func(fs *flag.FlagSet) {
 			fs.String("legacy-table", "", "legacy table, table or schema.table (required)")
 		}},
+	{name: "reconcile", args: "", help: "read Zendesk's incremental exports now and repair what the ticket event webhooks missed; print the result as JSON",
+		detail: "The same pass the reconcile schedule runs; a second request while one runs joins it.", run: reconcile},
 	{name: "evaluate", args: "--run-id ID --set NAME --tickets 1,2,3 [--concurrency N]", help: "start an evaluation run over past tickets and print its workflow ID",
 		detail: "A run with the same ID that is still going is joined, not restarted.",
 		run:    evaluate, flags: func(fs *flag.FlagSet) {
@@ -115,7 +118,7 @@ var commands = []command{
 			fs.Int("concurrency", 0, fmt.Sprintf("drafts in flight, 1-%d; 0 means the workflow's default", supportflow.MaxEvaluationConcurrency))
 		}},
 	{name: "evaluation-status", args: "RUN_ID", help: "print an evaluation run's progress (or summary) as JSON", run: evaluationStatus},
-	{name: "ensure-schedules", args: "[--scan-interval 5m]", help: "create or update the schedules: the ticket scan (at the interval) and the daily retention prune",
+	{name: "ensure-schedules", args: "[--scan-interval 5m]", help: "create or update the schedules: the ticket scan (at the interval), the reconciliation (5 min) and the daily retention prune",
 		detail: "Safe to repeat. The scan skips a run while the previous one still runs.",
 		run:    ensureSchedules, flags: func(fs *flag.FlagSet) {
 			fs.Duration("scan-interval", defaultScanInterval(), fmt.Sprintf("how often the scan runs, %s to %s", minScanInterval, maxScanInterval))

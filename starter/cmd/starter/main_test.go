@@ -45,7 +45,7 @@ func TestHelp_ListsEveryCommandAndEachHasItsOwn(t *testing.T) {
 func TestHelp_ListsEachCommandWithItsOneLineHelp(t *testing.T) {
 	want := []string{
 		"draft-start", "draft-status", "approve", "reject",
-		"ticket-event", "redrive-enrichment", "enrichment-status", "parity",
+		"ticket-event", "redrive-enrichment", "enrichment-status", "parity", "reconcile",
 		"evaluate", "evaluation-status", "ensure-schedules",
 	}
 	var names []string
