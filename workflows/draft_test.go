@@ -46,6 +46,7 @@ func newDraftWorldWith(t *testing.T, wf *workflows.Workflows) *draftWorld {
 	h := activitiestest.New(t, policy.Durations{})
 	env.RegisterActivity(h.Activities)
 	env.RegisterActivity(h.Enrichment)
+	env.RegisterActivity(h.Reconciler)
 	return &draftWorld{t: t, env: env, h: h}
 }
 

@@ -219,6 +219,33 @@ func TestEnrichTicket_LiveModeNotesTheTicketOnceShadowModeNever(t *testing.T) {
 	}
 }
 
+// Live mode notes a ticket only when its data changed: an hour of updates
+// every 90 s (a busy ticket, or our own note's echo before supportflow
+// recognised it) makes a lookup at least every 10 minutes, yet one note;
+// a change in BigQuery halfway makes exactly one more.
+func TestEnrichTicket_LiveModeNotesOnlyWhenTheDataChanged(t *testing.T) {
+	w := newDraftWorldWith(t, &workflows.Workflows{EnrichmentMode: supportflow.EnrichmentLive})
+	w.seedCustomer("sub-1")
+	l := w.recordLookups()
+	ticket := w.h.Zendesk.AddTicket(standin.Ticket{Subject: "s", Description: "Hello"})
+	for after := 90 * time.Second; after <= time.Hour; after += 90 * time.Second {
+		w.env.RegisterDelayedCallback(func() {
+			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(ticket, supportflow.TicketUpdated, w.env.Now()))
+		}, after)
+	}
+	w.env.RegisterDelayedCallback(func() {
+		w.h.BigQuery.AddCustomer(requester, standin.BQCustomer{CustomerID: "cust-1", Email: "ada@example.test", Orders: 13, ActiveSubscriptions: []string{"sub-1"}})
+	}, 30*time.Minute+time.Second)
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: ticket,
+		Pending: []supportflow.TicketEvent{event(ticket, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	assert.GreaterOrEqual(t, len(l.at), 6, "a lookup at least every 10 minutes over the hour")
+	notes := w.h.Zendesk.Comments(ticket)
+	require.Len(t, notes, 2, "one note, and one more when the data changed")
+	assert.Contains(t, notes[0].Body, "12 lifetime orders")
+	assert.Contains(t, notes[1].Body, "13 lifetime orders")
+}
+
 // Every attempt writes exactly one lookup-log row, failed or not: two
 // attempts against a BigQuery that answers 500 (the client retries those
 // internally until the call's deadline), then one that succeeds.

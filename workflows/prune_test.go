@@ -65,10 +65,25 @@ VALUES ('other', 7, 'w', 'r', '1', 1, 'found', $1, $1)`, old)
 VALUES ($1, 7, 'w', gen_random_uuid()::text, '1', 1, $2, $3, CASE WHEN $2 = 'running' THEN NULL ELSE $3::timestamptz END)`, acct, l.outcome, l.at)
 	}
 
+	// Ticket events: an old dispatched one and an old own write go; an old
+	// undispatched one waits for its relay; a new one stays.
+	for _, e := range []struct {
+		id         string
+		dispatched bool
+		own        bool
+		at         time.Time
+	}{{"old-dispatched", true, false, old}, {"old-own", false, true, old}, {"old-undispatched", false, false, old}, {"new", true, false, time.Now()}} {
+		exec(`INSERT INTO ticket_event (account, event_id, ticket_id, event_type, source, occurred_at, kind, own_write, mirrored, received_at, dispatched_at)
+VALUES ($1, $2, 7, 'zen:event-type:ticket.created', 'webhook', $4::timestamptz, 'created', $3, true, $4::timestamptz, CASE WHEN $5 THEN $4::timestamptz END)`, acct, e.id, e.own, e.at, e.dispatched)
+	}
+	exec(`INSERT INTO reconcile_run (account, workflow_id, tickets_read, events_read, repaired, finished_at) VALUES ($1, 'r', 1, 1, 0, $2), ($1, 'r2', 1, 1, 0, now())`, acct, old)
+
 	w.env.ExecuteWorkflow(supportflow.PruneRetentionWorkflow)
 	require.NoError(t, w.env.GetWorkflowError())
 	var pruned map[string]int64
 	require.NoError(t, w.env.GetWorkflowResult(&pruned))
+	assert.Equal(t, int64(2), pruned["ticket_event"])
+	assert.Equal(t, int64(1), pruned["reconcile_run"])
 	assert.Equal(t, int64(3), pruned["action"])
 	assert.Equal(t, int64(2), pruned["proposal"])
 	assert.Equal(t, int64(2), pruned["lookup_log"])
@@ -87,6 +102,7 @@ VALUES ($1, 7, 'w', gen_random_uuid()::text, '1', 1, $2, $3, CASE WHEN $2 = 'run
 	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"}, left(`SELECT key FROM action WHERE account = 'acme'`))
 	assert.ElementsMatch(t, []string{"p-awaiting", "p-executing", "p-new-done", "p-only-of-8"}, left(`SELECT proposal_id FROM proposal`))
 	assert.ElementsMatch(t, []string{"running", "found"}, left(`SELECT outcome FROM lookup_log WHERE account = 'acme'`))
+	assert.ElementsMatch(t, []string{"old-undispatched", "new"}, left(`SELECT event_id FROM ticket_event`))
 	assert.Equal(t, []string{"old-applied:0"}, left(`SELECT key FROM action WHERE account = 'other'`), "another account's rows are untouched")
 	assert.Equal(t, []string{"found"}, left(`SELECT outcome FROM lookup_log WHERE account = 'other'`))
 }

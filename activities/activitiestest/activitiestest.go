@@ -16,6 +16,7 @@ import (
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -47,6 +48,9 @@ type Harness struct {
 	// the BigQuery stand-in (project BigQueryProject, dataset
 	// BigQueryDataset).
 	Enrichment *enrichment.Activities
+	// Reconciler is the reconciliation (and ticket-event prune) activity
+	// on the same database and the Zendesk stand-in.
+	Reconciler *ingest.Reconciler
 	Pool       *pgxpool.Pool
 	Ledger     *ledger.Ledger
 }
@@ -86,5 +90,7 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { bq.Close() })
 	h.Enrichment = workerapp.EnrichmentActivities(config.Worker{Account: Account, Durations: d}, pool, bq, nil)
+	h.Reconciler = &ingest.Reconciler{Store: ingest.NewStore(pool, h.Ledger, Account), Ledger: h.Ledger, Export: zc,
+		Retention: d.Fill().Retention, RequestsPerMinute: 600}
 	return h
 }

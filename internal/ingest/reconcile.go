@@ -44,6 +44,9 @@ type Reconciler struct {
 	BackfillFrom time.Time
 	// HeartbeatInterval is the heartbeat ticker's period; 0 means 15 s.
 	HeartbeatInterval time.Duration
+	// Retention is how long finished ticket events and reconciliation
+	// runs are kept; 0 means 30 days.
+	Retention time.Duration
 	Logger            *slog.Logger
 	Metrics           *telemetry.Metrics
 }
@@ -224,6 +227,16 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 	r.logger().Info("reconciliation finished", "tickets_read", res.TicketsRead, "events_read", res.EventsRead,
 		"requests", res.Requests, "repaired", res.Repaired, "caught_up", res.CaughtUp)
 	return res, nil
+}
+
+// PruneTicketEvents deletes finished ticket events and reconciliation runs
+// older than the retention (PruneRetention runs it daily).
+func (r *Reconciler) PruneTicketEvents(ctx context.Context) (map[string]int64, error) {
+	keep := r.Retention
+	if keep <= 0 {
+		keep = 30 * 24 * time.Hour
+	}
+	return r.Store.Prune(ctx, time.Now().Add(-keep))
 }
 
 // activityOf is what the event export says about one ticket.

@@ -281,6 +281,33 @@ func (s *Store) TotalRepaired(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// Prune deletes this account's ticket events older than cutoff that have
+// nothing left to do (dispatched, or our own writes, which are never
+// dispatched) and reconciliation runs older than cutoff. An undispatched
+// event stays until a relay hands it on. Zendesk does not redeliver an
+// event that old, so its ID is no longer needed to deduplicate.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, q := range []struct{ table, sql string }{
+		{"ticket_event", `DELETE FROM ticket_event WHERE ctid IN (SELECT ctid FROM ticket_event
+WHERE account = $1 AND received_at < $2 AND (dispatched_at IS NOT NULL OR own_write) LIMIT 5000)`},
+		{"reconcile_run", `DELETE FROM reconcile_run WHERE id IN (SELECT id FROM reconcile_run
+WHERE account = $1 AND finished_at < $2 LIMIT 5000)`},
+	} {
+		for {
+			tag, err := s.db.Exec(ctx, q.sql, s.account, cutoff)
+			if err != nil {
+				return out, fmt.Errorf("ingest: prune %s: %w", q.table, err)
+			}
+			out[q.table] += tag.RowsAffected()
+			if tag.RowsAffected() < 5000 {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // reconcileEventID names a ticket event the reconciler recorded, from
 // business identity (the ticket and the change's time), so a second
 // reconciliation of the same change is a duplicate.

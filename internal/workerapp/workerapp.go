@@ -11,13 +11,11 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
@@ -101,11 +99,12 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		Logger:        logger,
 	})
 	store := ingest.NewStore(pool, l, cfg.Account)
-	w.RegisterActivityWithOptions((&ingest.Reconciler{
+	w.RegisterActivity(&ingest.Reconciler{
 		Store: store, Ledger: l, Export: zd,
 		RequestsPerMinute: cfg.ExportRequestsPerM, BackfillFrom: cfg.ReconcileFrom, Backfill: cfg.ReconcileBackfill,
-		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Logger: logger, Metrics: m,
-	}).ReconcileTickets, activity.RegisterOptions{Name: supportflow.ReconcileActivity})
+		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Retention: cfg.Durations.Fill().Retention,
+		Logger: logger, Metrics: m,
+	})
 	// Every worker also relays recorded ticket events to Temporal, so an
 	// event the API recorded is handed on even when no API process runs.
 	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, logger)
