@@ -77,7 +77,6 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 	assert.Equal(t, "open", m.Status)
 	assert.True(t, m.LastCustomerCommentAt.IsZero() && m.LastAgentCommentAt.IsZero(), "private comments do not count: %+v", m)
 
-
 	type row struct {
 		EventID, Type, Kind, Source string
 		Ticket                      int64

@@ -47,8 +47,8 @@ type Reconciler struct {
 	// Retention is how long finished ticket events and reconciliation
 	// runs are kept; 0 means 30 days.
 	Retention time.Duration
-	Logger            *slog.Logger
-	Metrics           *telemetry.Metrics
+	Logger    *slog.Logger
+	Metrics   *telemetry.Metrics
 }
 
 // maxListed bounds ReconcileResult.RepairedTickets.
