@@ -8,33 +8,24 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 )
 
-// DB is what the store needs of a pgx pool.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Store keeps ticket events, the reconciler's export cursor and its runs
 // for one account. The mirror itself is the ledger's (its writer shares
 // the per-ticket advisory lock with action reservation).
 type Store struct {
-	db      DB
+	db      ledger.DB
 	ledger  *ledger.Ledger
 	account string
 }
 
-// NewStore returns the account's store; l must be keyed by the same
-// account.
-func NewStore(db DB, l *ledger.Ledger, account string) *Store {
+// NewStore returns the account's store on db (the same kind of handle
+// the ledger takes); l must be keyed by the same account.
+func NewStore(db ledger.DB, l *ledger.Ledger, account string) *Store {
 	return &Store{db: db, ledger: l, account: account}
 }
 
