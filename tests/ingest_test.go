@@ -112,6 +112,61 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 	assert.Equal(t, before, s.world(5158, 71447))
 }
 
+// Deliveries duplicated, overtaken by later ones, and taken but answered
+// too late for Zendesk (so it delivers again): each event is recorded and
+// applied once, the mirror ends as Zendesk has the ticket, and each ticket
+// gets one lookup.
+func TestIngestion_DuplicatedReorderedAndLostAnswers(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	// Delays long enough that each ticket's events merge into one lookup,
+	// so an extra lookup could only come from a repeated event.
+	s.extraEnv = []string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=4s", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=4s"}
+	s.startWorker()
+	c := s.api()
+	c.subscribe(standin.WebhookConfig{RetryDelay: 100 * time.Millisecond})
+	s.zd.InjectWebhookFault(standin.WebhookFault{Type: "ticket.created", Delay: 1500 * time.Millisecond, Times: 1})
+	s.zd.InjectWebhookFault(standin.WebhookFault{Type: "comment_added", Duplicate: true, Times: 1})
+	s.zd.InjectWebhookFault(standin.WebhookFault{Type: "comment_added", LoseAnswer: true, Times: 1})
+
+	var ids []int64
+	for i := range 2 {
+		requester := 62000 + ticketIDs.Add(1)
+		tk := standin.Ticket{ID: 62000 + ticketIDs.Add(1), Subject: "Parcel", Description: "Where is it?", RequesterID: requester, Status: "pending"}
+		s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: fmt.Sprint("c-dup-", i)})
+		s.zd.AddTicket(tk)
+		ids = append(ids, tk.ID)
+	}
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	for _, id := range ids {
+		s.zd.AddComment(id, standin.SeedComment{Body: "Hello?"}) // reopens the ticket
+	}
+	waitCtx, cancel := context.WithTimeout(context.Background(), waitBudget)
+	defer cancel()
+	require.NoError(t, s.zd.WaitWebhooks(waitCtx))
+	st := s.zd.WebhookStats()
+	assert.Greater(t, st.Attempts, st.Events, "some events were delivered more than once: %+v", st)
+	assert.Zero(t, st.Lost)
+
+	for _, id := range ids {
+		assert.Equal(t, 3, s.count(`SELECT count(*) FROM ticket_event WHERE ticket_id = $1`, id), "created, comment_added, status_changed: once each")
+		m, err := s.ledger.GetTicketMirror(ctxT(t), id)
+		require.NoError(t, err)
+		zt, _ := s.zd.Ticket(id)
+		assert.Equal(t, "open", m.Status, "the late created event did not roll the ticket back")
+		assert.Equal(t, zt.RequesterID, m.RequesterID)
+		assert.False(t, m.LastCustomerCommentAt.IsZero())
+		require.Eventually(t, func() bool {
+			e, err := s.starter.EnrichmentStatus(context.Background(), id)
+			return err == nil && e.State == supportflow.EnrichEnriched && e.Found
+		}, waitBudget, 50*time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	for _, id := range ids {
+		assert.Equal(t, 1, s.count(`SELECT count(*) FROM enrichment_run WHERE ticket_id = $1`, id), "one lookup for ticket %d", id)
+	}
+}
+
 // PostgreSQL out of reach while Zendesk delivers: the webhook answers 503
 // with a Retry-After under 60 s, Zendesk's retry lands once the database
 // is back, and the event has exactly one effect.
@@ -217,7 +272,7 @@ func TestIngestion_OwnWritesDoNotLoop(t *testing.T) {
 
 // 200 tickets, each opened and then written to again by its customer,
 // while Zendesk drops 20% of deliveries and the API process is SIGKILLed
-// mid-delivery three times. The reconciler repairs what was lost: every
+// mid-delivery six times (three in each burst). The reconciler repairs what was lost: every
 // ticket ends mirrored with its customer's last comment, enriched, and
 // drafted exactly once.
 func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
