@@ -5,6 +5,7 @@
 package activities
 
 import (
+	"time"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +24,9 @@ import (
 
 // Zendesk is what the activities need from Zendesk.
 type Zendesk interface {
-	PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string) (zendeskclient.Landed, error)
-	FindAction(ctx context.Context, ticketID int64, actionKey string) (zendeskclient.Landed, bool, error)
+	TicketStamp(ctx context.Context, ticketID int64) (zendeskclient.Stamp, error)
+	PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string, stamp zendeskclient.Stamp) (zendeskclient.Landed, error)
+	FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time) (zendeskclient.Landed, bool, error)
 	Conversation(ctx context.Context, ticketID int64) (zendeskclient.Conversation, error)
 }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
@@ -60,31 +62,58 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	p := &progress{v: Progress{Leg: "zendesk", Total: 1}}
 	var out PostReplyResult
 	var ambiguous bool
+	// Search the audits on every attempt after the first (Temporal's count,
+	// not only the ledger's, which a renamed account or a prune forgets),
+	// back to the action's reservation less a margin for clocks.
+	search := res.PriorAttempts > 0 || activity.GetInfo(ctx).Attempt > 1
+	since := res.ReservedAt.Add(-auditSearchMargin)
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
 		auditID, commentID, source := res.AuditID, res.CommentID, "ledger"
-		if !res.CommentLanded() && res.PriorAttempts > 0 {
-			// An earlier attempt may have posted and lost the answer:
-			// Zendesk recorded the key on the audit if it did.
-			p.set(func(p *Progress) { p.Step = "searching audits" })
+		for conflicts := 0; commentID == 0; conflicts++ {
+			if conflicts > maxConflicts {
+				return fmt.Errorf("ticket %d changed %d times while posting; trying again later", in.Action.TicketID, conflicts)
+			}
+			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
+				return err
+			}
+			// The stamp is read before the search: a write of ours that
+			// lands after the search has changed the ticket, so the post
+			// below is refused (409) instead of landing a second comment.
+			p.set(func(p *Progress) { p.Step = "reading the ticket" })
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
-			l, found, err := a.Zendesk.FindAction(callCtx, in.Action.TicketID, in.Key)
+			stamp, err := a.Zendesk.TicketStamp(callCtx, in.Action.TicketID)
 			cancel()
 			if err != nil {
 				return err
 			}
-			if found {
-				auditID, commentID, source = l.AuditID, l.CommentID, "audit"
-				log.Info("comment found on the ticket's audits; not posting again", "comment_id", l.CommentID)
+			if search {
+				p.set(func(p *Progress) { p.Step = "searching audits" })
+				callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
+				l, found, err := a.Zendesk.FindAction(callCtx, in.Action.TicketID, in.Key, since)
+				cancel()
+				if err != nil {
+					return err
+				}
+				if found {
+					auditID, commentID, source = l.AuditID, l.CommentID, "audit"
+					log.Info("comment found on the ticket's audits; not posting again", "comment_id", l.CommentID)
+					break
+				}
 			}
-		}
-		if commentID == 0 {
-			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
-				return err
-			}
+			// No lease check here: from the stamp on, Zendesk itself fences
+			// the write (a successor's post changes the ticket, so this one
+			// is refused), however long this attempt stalls.
 			p.set(func(p *Progress) { p.Step = "posting" })
-			callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
-			l, err := a.Zendesk.PostComment(callCtx, in.Action.TicketID, *in.Action.Comment, in.Key)
+			callCtx, cancel = context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
+			l, err := a.Zendesk.PostComment(callCtx, in.Action.TicketID, *in.Action.Comment, in.Key, stamp)
 			cancel()
+			if isConflict(err) {
+				// The ticket changed since the stamp: perhaps a late write
+				// of ours landed. Look again before posting.
+				log.Info("the ticket changed while posting; searching its audits again", "stamp", string(stamp))
+				search = true
+				continue
+			}
 			if err != nil {
 				ambiguous = mayHaveLanded(err)
 				return err
@@ -109,6 +138,22 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
 	a.Metrics.ActionLeg("zendesk", legOutcome(err))
 	return PostReplyResult{}, err
+}
+
+// maxConflicts bounds the 409s one attempt absorbs (each means the ticket
+// changed under it) before it fails and is retried later.
+const maxConflicts = 5
+
+// auditSearchMargin is how far before the action's reservation the audit
+// search still looks, for clock differences between PostgreSQL and
+// Zendesk.
+const auditSearchMargin = 10 * time.Minute
+
+// isConflict reports a safe update that Zendesk refused because the
+// ticket changed since its stamp.
+func isConflict(err error) bool {
+	var c interface{ Conflict() bool }
+	return errors.As(err, &c) && c.Conflict()
 }
 
 // endAttempt turns a failed attempt's error into the activity's error and

@@ -129,6 +129,9 @@ type Reservation struct {
 	// TookOver is true when this claim replaced another claimant's expired
 	// lease.
 	TookOver bool
+	// ReservedAt is when the action was first reserved: no attempt can
+	// have written to Zendesk before it.
+	ReservedAt time.Time
 	// AuditID and CommentID are non-zero once the comment is known to have
 	// landed.
 	AuditID, CommentID int64
@@ -177,9 +180,9 @@ ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, r
 		b.Queue(`
 SELECT id, ticket_id, has_comment, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
-       attempts, zendesk_audit_id, zendesk_comment_id
+       attempts, zendesk_audit_id, zendesk_comment_id, created_at
 FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID)
+			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID, &res.ReservedAt)
 		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err

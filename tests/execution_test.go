@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"context"
 	"sync"
 	"testing"
@@ -108,7 +109,7 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	// 2. The answer is lost and the audit search is refused, so the action
 	// ends failed with its comment on the ticket but not in the ledger.
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true})
-	s.zd.Inject(standin.Fault{Method: "GET", Path: "/api/v2/tickets/*", Status: 403, Times: -1})
+	s.zd.Inject(standin.Fault{Method: "GET", Path: fmt.Sprintf("/api/v2/tickets/%d/audits.json", other), Status: 403, Times: -1})
 	s.approve(supportflow.Proposal{ID: "lost-2", Actions: []supportflow.Action{reply(other, "Done.")}})
 	_, err = s.wait("lost-2")
 	var app *temporal.ApplicationError

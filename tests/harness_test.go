@@ -148,6 +148,28 @@ func (s *stack) startWorker() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.Nil(s.t, s.worker, "a worker is already running")
+	cmd, exited := s.spawnWorker()
+	s.worker = cmd
+	s.exited = exited
+}
+
+// startExtraWorker starts another worker process beside the stack's own
+// (not stopped by killWorker); it is killed at cleanup.
+func (s *stack) startExtraWorker() *exec.Cmd {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd, exited := s.spawnWorker()
+	s.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return cmd
+}
+
+// spawnWorker starts a worker process; s.mu must be held.
+func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 	s.workers++
 	cmd := exec.Command(workerBin)
 	cmd.Env = append(os.Environ(),
@@ -183,10 +205,9 @@ func (s *stack) startWorker() {
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(s.t, cmd.Start())
-	s.worker = cmd
 	exited := make(chan struct{})
-	s.exited = exited
 	go func() { cmd.Wait(); close(exited) }()
+	return cmd, exited
 }
 
 // killWorker SIGKILLs the worker: no drain, no cleanup, like a crashed or

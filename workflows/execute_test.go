@@ -264,7 +264,8 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
-	assert.Equal(t, 1, r.Zendesk.Requests("PUT", "/api/v2/tickets/"), "a 404 is not retried")
+	assert.Equal(t, 1, r.Zendesk.Requests("GET", "/api/v2/tickets/404404"), "a 404 is not retried")
+	assert.Zero(t, r.Zendesk.Requests("PUT", "/api/v2/tickets/"), "an unknown ticket is never written")
 	assert.Equal(t, 0, r.Zendesk.TotalComments())
 	assert.Equal(t, 0, r.Subscriptions.Cancellations("sub-1"), "the cancellation leg never ran")
 

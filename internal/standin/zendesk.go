@@ -99,6 +99,14 @@ type Zendesk struct {
 	tickets      map[int64]*zTicket
 	nextTicketID int64
 	nextID       int64 // shared by audits, events and comments
+	conflicts    int   // safe updates refused with 409
+}
+
+// Conflicts returns how many safe updates were refused with 409.
+func (z *Zendesk) Conflicts() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.conflicts
 }
 
 // NewZendesk returns a stand-in that accepts go-zendesk's API-token
@@ -398,6 +406,10 @@ type updateRequest struct {
 		Metadata json.RawMessage `json:"metadata"`
 		Status   *string         `json:"status"`
 		Tags     *[]string       `json:"tags"`
+		// SafeUpdate, when present with any value, and UpdatedStamp make the
+		// update conditional on the ticket's updated_at.
+		SafeUpdate   json.RawMessage `json:"safe_update"`
+		UpdatedStamp *string         `json:"updated_stamp"`
 	} `json:"ticket"`
 }
 
@@ -439,6 +451,25 @@ func (z *Zendesk) updateTicket(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		writeRecordNotFound(w)
 		return
+	}
+
+	// A safe update applies only if the ticket has not changed since the
+	// caller read updated_stamp ("A value of false has the same effect as
+	// true"); checked when the update is applied, so a write held up in
+	// flight is refused if the ticket moved on meanwhile.
+	// https://developer.zendesk.com/documentation/ticketing/managing-tickets/creating-and-updating-tickets/#protecting-against-ticket-update-collisions
+	if len(req.Ticket.SafeUpdate) > 0 && req.Ticket.UpdatedStamp != nil {
+		stamp, err := time.Parse(time.RFC3339, *req.Ticket.UpdatedStamp)
+		if err != nil {
+			writeBadRequest(w, "updated_stamp must be an ISO 8601 time")
+			return
+		}
+		if !stamp.Equal(zt.updatedAt.Truncate(time.Second)) {
+			z.conflicts++
+			writeJSON(w, http.StatusConflict, zendeskError{Error: "UpdateConflict",
+				Description: "The ticket was updated since updated_stamp; fetch it and try again"})
+			return
+		}
 	}
 
 	// Validate everything before changing anything: Zendesk applies an
@@ -575,6 +606,10 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if q.Has("page[size]") || q.Has("page[after]") {
+		z.listAuditsByCursor(w, r, id)
+		return
+	}
 	perPage := maxPerPage
 	if n, err := strconv.Atoi(q.Get("per_page")); err == nil && n > 0 && n < maxPerPage {
 		perPage = n
@@ -607,6 +642,44 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 		"previous_page": prev,
 		"count":         total,
 	})
+}
+
+// listAuditsByCursor serves cursor pagination: page[size] (at most 100),
+// page[after], sort_order=desc for newest first; meta.has_more and
+// meta.after_cursor say how to go on.
+// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
+func (z *Zendesk) listAuditsByCursor(w http.ResponseWriter, r *http.Request, id int64) {
+	q := r.URL.Query()
+	size := maxPerPage
+	if n, err := strconv.Atoi(q.Get("page[size]")); err == nil && n > 0 && n < maxPerPage {
+		size = n
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[id]
+	if !ok {
+		writeRecordNotFound(w)
+		return
+	}
+	audits := slices.Clone(zt.audits)
+	if q.Get("sort_order") == "desc" || q.Get("sort") == "-created_at" {
+		slices.Reverse(audits)
+	}
+	start := 0
+	if after := q.Get("page[after]"); after != "" {
+		n, err := strconv.Atoi(after)
+		if err != nil || n < 0 || n > len(audits) {
+			writeBadRequest(w, "Invalid cursor")
+			return
+		}
+		start = n
+	}
+	end := min(start+size, len(audits))
+	meta := map[string]any{"has_more": end < len(audits), "after_cursor": nil, "before_cursor": nil}
+	if end < len(audits) {
+		meta["after_cursor"] = strconv.Itoa(end)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"audits": audits[start:end], "meta": meta})
 }
 
 // pageURL is the absolute URL of another page of the current listing, as

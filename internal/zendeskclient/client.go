@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -90,18 +91,45 @@ type Landed struct {
 	CommentID int64
 }
 
+// Stamp is a ticket's updated_at as Zendesk wrote it: the updated_stamp
+// of a safe update.
+type Stamp string
+
+// TicketStamp reads the ticket's updated_at, for a safe update.
+func (c *Client) TicketStamp(ctx context.Context, ticketID int64) (Stamp, error) {
+	body, err := c.api.Get(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json")
+	if err != nil {
+		return "", classify(ctx, "show ticket "+strconv.FormatInt(ticketID, 10), err, false)
+	}
+	var resp struct {
+		Ticket struct {
+			UpdatedAt string `json:"updated_at"`
+		} `json:"ticket"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil || resp.Ticket.UpdatedAt == "" {
+		return "", &Error{Op: "show ticket", Err: fmt.Errorf("no updated_at in the answer (%v)", err)}
+	}
+	return Stamp(resp.Ticket.UpdatedAt), nil
+}
+
 // PostComment adds comment to the ticket with actionKey in the update's
 // audit metadata, so that a later attempt can find it (FindAction) even if
-// this call's response is lost. Zendesk does not deduplicate: calling it
-// twice posts twice.
-func (c *Client) PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string) (Landed, error) {
-	payload := map[string]any{
-		"ticket": map[string]any{
-			"comment":  map[string]any{"body": comment.Body, "public": comment.Public},
-			"metadata": map[string]any{MetadataKey: actionKey},
-		},
+// this call's response is lost. It is a safe update: Zendesk applies it
+// only while the ticket's updated_at is still stamp, and answers 409
+// (Error.Conflict) otherwise. So a write that lands late, after another
+// attempt has posted, is refused by Zendesk itself. Zendesk does not
+// deduplicate: two applied calls post twice.
+// https://developer.zendesk.com/documentation/ticketing/managing-tickets/creating-and-updating-tickets/#protecting-against-ticket-update-collisions
+func (c *Client) PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string, stamp Stamp) (Landed, error) {
+	ticket := map[string]any{
+		"comment":  map[string]any{"body": comment.Body, "public": comment.Public},
+		"metadata": map[string]any{MetadataKey: actionKey},
 	}
-	body, err := c.api.Put(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", payload)
+	if stamp != "" {
+		ticket["safe_update"] = true
+		ticket["updated_stamp"] = string(stamp)
+	}
+	body, err := c.api.Put(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", map[string]any{"ticket": ticket})
 	if err != nil {
 		return Landed{}, classify(ctx, "post comment on ticket "+strconv.FormatInt(ticketID, 10), err, true)
 	}
@@ -119,33 +147,52 @@ func (c *Client) PostComment(ctx context.Context, ticketID int64, comment suppor
 	return l, nil
 }
 
-// FindAction searches the ticket's audits for one whose metadata carries
-// actionKey and returns its comment. found is false when no audit has it.
-func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string) (l Landed, found bool, err error) {
-	for page := 1; ; page++ {
-		audits, p, err := c.api.GetTicketAudits(ctx, ticketID, zendesk.PageOptions{PerPage: 100, Page: page})
+// FindAction searches the ticket's audits, newest first with cursor
+// pagination, for one whose metadata carries actionKey, and returns its
+// comment. It stops at the first audit older than since (the action's
+// reservation, less a margin for clocks): no attempt can have written
+// before it. found is false when no audit has the key.
+// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
+func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time) (l Landed, found bool, err error) {
+	after := ""
+	for {
+		q := url.Values{"page[size]": {"100"}, "sort_order": {"desc"}}
+		if after != "" {
+			q.Set("page[after]", after)
+		}
+		body, err := c.api.Get(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+"/audits.json?"+q.Encode())
 		if err != nil {
 			return Landed{}, false, classify(ctx, "list audits of ticket "+strconv.FormatInt(ticketID, 10), err, false)
 		}
-		for _, a := range audits {
+		var page struct {
+			Audits []struct {
+				auditJSON
+				CreatedAt time.Time `json:"created_at"`
+				Metadata  any       `json:"metadata"`
+			} `json:"audits"`
+			Meta struct {
+				HasMore     bool   `json:"has_more"`
+				AfterCursor string `json:"after_cursor"`
+			} `json:"meta"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return Landed{}, false, &Error{Op: "list audits", Err: fmt.Errorf("unreadable answer: %w", err)}
+		}
+		for _, a := range page.Audits {
+			if !since.IsZero() && a.CreatedAt.Before(since) {
+				return Landed{}, false, nil
+			}
 			if metadataKey(a.Metadata) != actionKey {
 				continue
 			}
-			raw, err := json.Marshal(a)
-			if err != nil {
-				return Landed{}, false, err
-			}
-			var aj auditJSON
-			if err := json.Unmarshal(raw, &aj); err != nil {
-				return Landed{}, false, err
-			}
-			if l, ok := aj.landed(); ok {
+			if l, ok := a.landed(); ok {
 				return l, true, nil
 			}
 		}
-		if !p.HasNext() || len(audits) == 0 {
+		if !page.Meta.HasMore || page.Meta.AfterCursor == "" || len(page.Audits) == 0 {
 			return Landed{}, false, nil
 		}
+		after = page.Meta.AfterCursor
 	}
 }
 
@@ -199,6 +246,10 @@ func (e *Error) Unwrap() error { return e.Err }
 // Permanent reports whether the same request can never succeed: 400, 401,
 // 403, 404, 413 and 422. Retrying it only repeats the failure.
 func (e *Error) Permanent() bool { return httpretry.PermanentStatus(e.Status) }
+
+// Conflict reports a safe update refused because the ticket changed since
+// its stamp was read: nothing was written; read the ticket again.
+func (e *Error) Conflict() bool { return e.Status == http.StatusConflict }
 
 // MayHaveLanded reports whether a write may have taken effect.
 func (e *Error) MayHaveLanded() bool { return e.MayLand }

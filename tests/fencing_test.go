@@ -1,0 +1,89 @@
+package tests
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/standin"
+)
+
+// Zendesk holds a ticket update past the caller's timeout (1 s) and, for
+// half the proposals, past the lease (2 s) too, then applies it. Early or
+// late, the write lands at most once: applied before the successor looks,
+// it is found on the audits; applied after the successor posted, its
+// updated_stamp is stale and Zendesk refuses it (409).
+func TestExecution_LateAppliedWriteDoesNotDuplicate(t *testing.T) {
+	t.Parallel()
+	const proposals = 24
+	s := newStack(t)
+	s.startWorker()
+
+	tickets := make([]int64, proposals)
+	for i := range tickets {
+		tickets[i] = s.zd.AddTicket(standin.Ticket{Subject: fmt.Sprint("Late write ", i)})
+		// Even: applied between the caller's timeout and the lease's end.
+		// Odd: applied well after the lease lapsed and a successor ran.
+		hold := 1500 * time.Millisecond
+		if i%2 == 1 {
+			hold = lease + 3*time.Second
+		}
+		s.zd.Inject(standin.Fault{Method: "PUT", Path: fmt.Sprintf("/api/v2/tickets/%d.json", tickets[i]), Delay: hold})
+	}
+	var wg sync.WaitGroup
+	for i, ticket := range tickets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("late-%d-%d", i, ticket)
+			s.approve(supportflow.Proposal{ID: id, Actions: []supportflow.Action{reply(ticket, "Your refund is on its way.")}})
+			statuses, err := s.wait(id)
+			if assert.NoError(t, err, id) {
+				assert.Equal(t, supportflow.StateApplied, statuses[0].State, id)
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(lease + 4*time.Second) // every held write has been applied or refused by now
+	for i, ticket := range tickets {
+		assert.Equal(t, 1, s.zd.CommentCount(ticket), "ticket %d (%d): exactly one comment", ticket, i)
+	}
+	assert.Positive(t, s.zd.Conflicts(), "late writes were refused by Zendesk's safe update")
+	t.Logf("%d late writes refused with 409", s.zd.Conflicts())
+}
+
+// The worker is frozen (SIGSTOP) as it reads the ticket's stamp, after
+// its lease check; a second worker takes the action over and posts; the
+// frozen one then resumes (SIGCONT) with its stale stamp. One comment.
+func TestExecution_FrozenAttemptCannotDuplicate(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Frozen"})
+	reading := arrived()
+	s.zd.Inject(standin.Fault{Method: "GET", Path: fmt.Sprintf("/api/v2/tickets/%d.json", ticket), Delay: 300 * time.Millisecond, Arrived: reading})
+
+	s.approve(supportflow.Proposal{ID: "frozen-1", Actions: []supportflow.Action{reply(ticket, "Cancelled as asked.")}})
+	waitArrived(t, reading)
+	s.mu.Lock()
+	frozen := s.worker
+	s.mu.Unlock()
+	require.NoError(t, frozen.Process.Signal(syscall.SIGSTOP))
+	s.startExtraWorker()
+
+	statuses, err := s.wait("frozen-1")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	require.Equal(t, 1, s.zd.CommentCount(ticket))
+
+	require.NoError(t, frozen.Process.Signal(syscall.SIGCONT))
+	time.Sleep(3 * time.Second) // the resumed attempt runs to its end
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "the resumed attempt landed nothing")
+	t.Logf("safe updates refused: %d", s.zd.Conflicts())
+}
