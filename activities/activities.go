@@ -5,11 +5,11 @@
 package activities
 
 import (
-	"time"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -33,6 +33,7 @@ type Zendesk interface {
 // Subscriptions is what the activities need from the subscription service.
 type Subscriptions interface {
 	Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (subscriptions.Cancellation, error)
+	Status(ctx context.Context, subscriptionID string) (string, error)
 }
 
 // Activities holds the clients of supportflow's activities. Register a
@@ -114,6 +115,31 @@ var errLostClaim = errors.New("the action's claim was taken over by a newer atte
 func lostClaim(key string) error {
 	return temporal.NewApplicationErrorWithCause(
 		fmt.Sprintf("action %s: %v; stopped without writing", key, errLostClaim), supportflow.ErrTypeLostClaim, errLostClaim)
+}
+
+// reserve claims the action, waiting inside the attempt while another
+// live claimant (a predecessor whose write may still land) holds its
+// lease: the wait heartbeats, so Temporal knows the attempt is alive, and
+// costs no attempt from the budget. It gives up only when the attempt's
+// context ends.
+func (a *Activities) reserve(ctx context.Context, req ledger.ReserveRequest) (ledger.Reservation, error) {
+	for {
+		res, err := a.Ledger.Reserve(ctx, req)
+		var held *ledger.LeaseHeldError
+		if !errors.As(err, &held) {
+			return res, err
+		}
+		a.log(ctx).Info("waiting for a live predecessor's lease", "action_key", req.Key, "holder", held.Claimant, "expires_in", held.ExpiresIn)
+		activity.RecordHeartbeat(ctx, Progress{Step: "waiting for " + held.Claimant + " to finish or lapse"})
+		wait := min(held.ExpiresIn+50*time.Millisecond, a.Durations.Fill().HeartbeatInterval)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+	}
 }
 
 // reserveError maps a Reserve failure to an activity error: a live lease

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -46,7 +47,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment to post", supportflow.ErrInvalidInput, in.Key))
 	}
 	claimant := claimantOf(ctx)
-	res, err := a.Ledger.Reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	res, err := a.reserve(ctx, in.reserveRequest(claimant, a.Durations))
 	if err != nil {
 		return PostReplyResult{}, reserveError(err)
 	}
@@ -208,7 +209,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		return CancelResult{}, invalid(fmt.Errorf("%w: action %s has no subscriptions to cancel", supportflow.ErrInvalidInput, in.Key))
 	}
 	claimant := claimantOf(ctx)
-	res, err := a.Ledger.Reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	res, err := a.reserve(ctx, in.reserveRequest(claimant, a.Durations))
 	if err != nil {
 		return CancelResult{}, reserveError(err)
 	}
@@ -238,6 +239,32 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		refused   []error
 	)
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
+		// A call whose answer was lost may have cancelled: ask the service
+		// before calling again, and record what it says.
+		for _, sub := range res.Unknown {
+			p.set(func(p *Progress) { p.Step = "reading the status of " + sub })
+			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
+			status, err := a.Subscriptions.Status(callCtx, sub)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("subscription %s: status after a lost answer: %w", sub, err)
+			}
+			if status != subscriptions.StatusCancelled {
+				continue // not cancelled: called again below
+			}
+			won, err := a.Ledger.RecordCancellation(context.WithoutCancel(ctx), res.ID, claimant, sub,
+				ledger.CancellationOutcome{Cancelled: true, AlreadyCancelled: true})
+			if err != nil {
+				return err
+			}
+			if !won {
+				return errLostClaim
+			}
+			log.Info("a lost answer's cancellation had landed", "subscription_id", sub)
+			cancelled = append(cancelled, sub)
+			todo = slices.DeleteFunc(todo, func(s string) bool { return s == sub })
+			p.set(func(p *Progress) { p.Done++ })
+		}
 		for _, sub := range todo {
 			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
 				return err
@@ -247,7 +274,8 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
 			c, callErr := a.Subscriptions.Cancel(callCtx, sub, in.Key+":"+sub)
 			cancel()
-			outcome := ledger.CancellationOutcome{Cancelled: callErr == nil, AlreadyCancelled: c.AlreadyCancelled}
+			outcome := ledger.CancellationOutcome{Cancelled: callErr == nil, AlreadyCancelled: c.AlreadyCancelled,
+				Unknown: callErr != nil && mayHaveLanded(callErr)}
 			if callErr != nil {
 				outcome.Error = callErr.Error()
 			}
@@ -329,13 +357,34 @@ type SettleInput struct {
 
 // SettleAction makes an action's failure terminal once the workflow has
 // given up on it: partial_failure when some effect landed, failed when none
-// did. While a stale attempt still holds a live lease it fails retryably,
-// waiting no less than the lease's remaining time.
+// did, applied when a lost answer turns out to have landed after all. A
+// cancellation whose answer was lost is never settled as failed on a
+// guess: its status is read first, and while it cannot be read the
+// activity fails retryably (unknown is not failed). While a stale attempt
+// still holds a live lease it fails retryably, waiting no less than the
+// lease's remaining time.
 func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, error) {
 	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
 		return "", invalid(err)
 	}
-	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000))
+	resolved := map[string]bool{}
+	if row, err := a.Ledger.Get(ctx, in.Key); err == nil {
+		for _, c := range row.Cancellations {
+			if c.State != "unknown" {
+				continue
+			}
+			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
+			status, err := a.Subscriptions.Status(callCtx, c.SubscriptionID)
+			cancel()
+			if err != nil {
+				return "", fmt.Errorf("subscription %s: its cancellation's answer was lost and its status cannot be read yet: %w", c.SubscriptionID, err)
+			}
+			resolved[c.SubscriptionID] = status == subscriptions.StatusCancelled
+		}
+	} else if !errors.Is(err, ledger.ErrNotFound) {
+		return "", err
+	}
+	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000), resolved)
 	if err != nil {
 		return "", reserveError(err)
 	}

@@ -99,6 +99,10 @@ func (e *LeaseHeldError) RetryAfterDelay() time.Duration { return e.ExpiresIn }
 // ID. It is permanent.
 var ErrConflict = errors.New("ledger: action key already recorded with different content")
 
+// ErrUnresolved is returned by SettleFailed while a cancellation's outcome
+// is unknown: the caller reads its status and tries again.
+var ErrUnresolved = errors.New("ledger: a cancellation's outcome is still unknown")
+
 // ErrNotFound is returned by Get for a key with no row.
 var ErrNotFound = errors.New("ledger: no such action")
 
@@ -138,6 +142,9 @@ type Reservation struct {
 	// Cancelled lists the subscriptions whose cancellation already
 	// succeeded; the caller passes only the rest to the service.
 	Cancelled []string
+	// Unknown lists the subscriptions whose last call's answer was lost;
+	// the caller reads their status before calling again.
+	Unknown []string
 }
 
 // CommentLanded reports whether the Zendesk leg is done.
@@ -219,11 +226,20 @@ INSERT INTO action_cancellation (action_id, subscription_id, position)
 SELECT $1, s, p - 1 FROM unnest($2::text[]) WITH ORDINALITY AS t(s, p)
 ON CONFLICT (action_id, subscription_id) DO NOTHING`, res.ID, req.Subscriptions)
 			b.Queue(`
-SELECT subscription_id FROM action_cancellation
-WHERE action_id = $1 AND state = 'cancelled' ORDER BY position`, res.ID).Query(func(rows pgx.Rows) error {
-				var err error
-				res.Cancelled, err = pgx.CollectRows(rows, pgx.RowTo[string])
-				return err
+SELECT subscription_id, state FROM action_cancellation
+WHERE action_id = $1 AND state IN ('cancelled', 'unknown') ORDER BY position`, res.ID).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var sub, state string
+					if err := rows.Scan(&sub, &state); err != nil {
+						return err
+					}
+					if state == "cancelled" {
+						res.Cancelled = append(res.Cancelled, sub)
+					} else {
+						res.Unknown = append(res.Unknown, sub)
+					}
+				}
+				return rows.Err()
 			})
 		}
 		return tx.SendBatch(ctx, b).Close()
@@ -307,6 +323,9 @@ type CancellationOutcome struct {
 	// when it already was).
 	Cancelled        bool
 	AlreadyCancelled bool
+	// Unknown is true when the call may have landed but its answer was
+	// lost: the row says 'unknown' until a status read resolves it.
+	Unknown bool
 	// Error is the failure, when Cancelled is false.
 	Error string
 }
@@ -316,8 +335,11 @@ type CancellationOutcome struct {
 // false, and changes nothing, when the claim was lost.
 func (l *Ledger) RecordCancellation(ctx context.Context, id int64, claimant, subscriptionID string, o CancellationOutcome) (bool, error) {
 	state := "failed"
-	if o.Cancelled {
+	switch {
+	case o.Cancelled:
 		state = "cancelled"
+	case o.Unknown:
+		state = "unknown"
 	}
 	tag, err := l.db.Exec(ctx, `
 UPDATE action_cancellation c
@@ -344,7 +366,12 @@ WHERE c.action_id = a.id AND c.subscription_id = $3
 // attempt), and returns the state unchanged for an action already
 // terminal. An action never reserved gets a row, so its failure is
 // visible too.
-func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string) (string, error) {
+//
+// resolved gives the status read of every subscription left 'unknown'
+// (true: cancelled); it is applied first, so a lost answer is never
+// settled as a failure. A row still unknown without a resolution keeps
+// the action from settling (ErrUnresolved).
+func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string, resolved map[string]bool) (string, error) {
 	proposalID, index, err := supportflow.ParseActionKey(key)
 	if err != nil {
 		return "", err
@@ -373,6 +400,35 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, key).Scan(&i
 		}
 		if remaining != nil {
 			return &LeaseHeldError{Key: key, Claimant: deref(claimant), ExpiresIn: *remaining}
+		}
+		for sub, cancelled := range resolved {
+			to := "failed"
+			if cancelled {
+				to = "cancelled"
+			}
+			if _, err := tx.Exec(ctx, `UPDATE action_cancellation SET state = $3, updated_at = now()
+WHERE action_id = $1 AND subscription_id = $2 AND state = 'unknown'`, id, sub, to); err != nil {
+				return err
+			}
+		}
+		var unknown int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM action_cancellation WHERE action_id = $1 AND state = 'unknown'`, id).Scan(&unknown); err != nil {
+			return err
+		}
+		if unknown > 0 {
+			return fmt.Errorf("%w: %d cancellations of %s", ErrUnresolved, unknown, key)
+		}
+		// Every leg may have succeeded after all (a lost answer resolved
+		// as cancelled): the action is applied, not failed.
+		var done bool
+		if err := tx.QueryRow(ctx, `SELECT (NOT has_comment OR zendesk_comment_id IS NOT NULL)
+   AND NOT EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = $1 AND c.state <> 'cancelled')
+FROM action WHERE id = $1`, id).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return tx.QueryRow(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
+settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
 		}
 		return tx.QueryRow(ctx, `
 UPDATE action SET

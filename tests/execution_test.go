@@ -1,8 +1,8 @@
 package tests
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -86,4 +87,60 @@ func TestExecution_FrozenAttemptCannotDuplicate(t *testing.T) {
 	time.Sleep(3 * time.Second) // the resumed attempt runs to its end
 	assert.Equal(t, 1, s.zd.CommentCount(ticket), "the resumed attempt landed nothing")
 	t.Logf("safe updates refused: %d", s.zd.Conflicts())
+}
+
+// A predecessor whose write may still land keeps its lease; its successor
+// waits the lease out inside its own attempt (heartbeating) instead of
+// failing with LeaseHeld, so the wait spends no attempt: the reply is
+// recorded by attempt 2.
+func TestExecution_LeaseWaitDoesNotSpendBudget(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Lease wait"})
+	// Past the caller's 1 s timeout, inside the 2 s lease: the first
+	// attempt fails unsure whether it posted, and keeps its lease.
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: fmt.Sprintf("/api/v2/tickets/%d.json", ticket), Delay: 1500 * time.Millisecond})
+	s.approve(supportflow.Proposal{ID: "lease-wait", Actions: []supportflow.Action{reply(ticket, "Done.")}})
+	statuses, err := s.wait("lease-wait")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket))
+
+	attempts := 0
+	iter := s.temporal.GetWorkflowHistory(ctxT(t), supportflow.ExecuteWorkflowID("lease-wait"), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if st := ev.GetActivityTaskStartedEventAttributes(); st != nil {
+			attempts = max(attempts, int(st.GetAttempt()))
+		}
+		if f := ev.GetActivityTaskFailedEventAttributes(); f != nil {
+			assert.NotContains(t, f.GetFailure().GetMessage(), "held by", "no attempt failed on the lease")
+		}
+	}
+	assert.Equal(t, 2, attempts, "the first attempt, then one that waited for its lease")
+}
+
+// A cancellation whose answer is lost on every call: the next attempt
+// reads the subscription's status instead of recording a failure, so the
+// action ends applied, the subscription cancelled once, and nothing says
+// "failed".
+func TestExecution_LostCancelAnswerIsNotFailed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Lost cancel answer"})
+	s.subs.AddSubscription("sub-lost", "c")
+	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-lost/cancel", DropAfterApply: true, Times: -1})
+	s.approve(supportflow.Proposal{ID: "lost-cancel", Actions: []supportflow.Action{
+		{TicketID: ticket, CancelSubscriptions: []string{"sub-lost"}}}})
+	statuses, err := s.wait("lost-cancel")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	a := s.action("lost-cancel:0")
+	require.Len(t, a.Cancellations, 1)
+	assert.Equal(t, "cancelled", a.Cancellations[0].State)
+	assert.Equal(t, 1, s.subs.Cancellations("sub-lost"))
+	assert.Equal(t, 1, s.subs.CancelCalls("sub-lost"), "the status was read, not the call repeated")
 }

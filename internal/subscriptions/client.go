@@ -278,3 +278,48 @@ func excerpt(body []byte) string {
 	}
 	return s
 }
+
+// Subscription statuses the service reports.
+const (
+	StatusActive    = "active"
+	StatusCancelled = "cancelled"
+)
+
+// Status reads a subscription's status ("active", "cancelled" ...): how a
+// caller whose cancel call lost its answer learns whether it landed.
+// Any failure is an *Error.
+func (c *Client) Status(ctx context.Context, subscriptionID string) (string, error) {
+	if subscriptionID == "" || subscriptionID == "." || subscriptionID == ".." {
+		return "", &Error{Code: "invalid_argument", Message: fmt.Sprintf("invalid subscription ID %q", subscriptionID), permanent: true}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/subscriptions/"+url.PathEscape(subscriptionID), nil)
+	if err != nil {
+		return "", &Error{Message: "building request", Err: err, permanent: true}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		e := c.transportError(err, false)
+		return "", e
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	var payload struct {
+		Status  string `json:"status"`
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	decodeErr := json.Unmarshal(body, &payload)
+	if resp.StatusCode == http.StatusOK && decodeErr == nil && payload.Status != "" {
+		return payload.Status, nil
+	}
+	e := &Error{Status: resp.StatusCode, Code: payload.Error, Message: c.redact(payload.Message)}
+	if decodeErr != nil || (e.Code == "" && e.Message == "") {
+		e.Message = c.redact(excerpt(body))
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.RetryAfter = httpretry.RetryAfter(resp.Header, time.Now())
+	}
+	return "", e
+}
