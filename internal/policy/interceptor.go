@@ -21,7 +21,7 @@ type RetryAfter interface {
 // NewRetryInterceptor returns the worker interceptor that sets the next
 // retry delay of every retryable activity failure from the one policy:
 // RetryDelay for the attempt that failed, raised to the error's Retry-After
-// when it has one. Non-retryable errors and cancellations pass through
+// when it has one, but never past RetryCap (300 s). Non-retryable errors and cancellations pass through
 // untouched. Register it on every worker (and test environment).
 //
 // onRetry, if given, is called with the activity type for every failure
@@ -85,9 +85,12 @@ func (r *retryInterceptor) annotate(err error, attempt int32) error {
 		return err
 	}
 	delay := r.d.RetryDelay(attempt, r.rand())
+	// A server's Retry-After raises the delay, never past the retry cap: a
+	// misconfigured or hostile Retry-After (an hour, a year) must not park
+	// an approved action.
 	var ra RetryAfter
 	if errors.As(err, &ra) && ra.RetryAfterDelay() > delay {
-		delay = ra.RetryAfterDelay()
+		delay = min(ra.RetryAfterDelay(), r.d.Fill().RetryCap)
 	}
 	// Like the SDK, name a plain error's type after its Go type.
 	typ, cause := fmt.Sprintf("%T", err), err

@@ -66,6 +66,9 @@ func TestAnnotate(t *testing.T) {
 	require.ErrorAs(t, r.annotate(retryAfterErr{2 * time.Minute}, 1), &app)
 	assert.Equal(t, 2*time.Minute, app.NextRetryDelay(), "Retry-After wins when longer")
 
+	require.ErrorAs(t, r.annotate(retryAfterErr{6 * time.Hour}, 1), &app)
+	assert.Equal(t, 300*time.Second, app.NextRetryDelay(), "but never past the retry cap")
+
 	typed := temporal.NewApplicationError("held", "LeaseHeld")
 	require.ErrorAs(t, r.annotate(typed, 1), &app)
 	assert.Equal(t, "LeaseHeld", app.Type(), "the activity's own type is kept")
