@@ -426,7 +426,7 @@ WHERE action_id = $1 AND subscription_id = $2 AND state = 'unknown'`, id, sub, t
 FROM action WHERE id = $1`, id).Scan(&done); err != nil {
 			return err
 		}
-		if done {
+		if done && len(resolved) > 0 {
 			return tx.QueryRow(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
 settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
 		}

@@ -40,8 +40,8 @@ func (l *Ledger) UpsertTicketMirror(ctx context.Context, t TicketMirror) (bool, 
 
 // UpsertTicketMirrorTx writes a ticket's mirror inside tx after taking the
 // ticket's advisory lock (held until tx ends), the same lock Reserve takes.
-// It reports whether the row changed (false when the stored copy is
-// newer).
+// It reports whether the row changed (false when the stored copy is newer
+// and the copy brings no newer comment).
 func (l *Ledger) UpsertTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (bool, error) {
 	c, err := l.ApplyTicketMirrorTx(ctx, tx, t)
 	return c.Wrote, err
@@ -62,6 +62,9 @@ type MirrorChange struct {
 	CustomerNews bool
 	// CommentNews is true when either comment time moved forward.
 	CommentNews bool
+	// Changed is true when the ticket's fields changed (Newer, or a copy
+	// of the same second with other fields).
+	Changed bool
 }
 
 // ApplyTicketMirrorTx is UpsertTicketMirrorTx reporting what changed.
@@ -80,29 +83,39 @@ func (l *Ledger) ApplyTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMir
 	if t.RequesterID != 0 {
 		requester = &t.RequesterID
 	}
-	tag, err := tx.Exec(ctx, `
+	// The ticket's fields follow the newest copy (an equal updated_at
+	// counts: Zendesk's times are whole seconds, and the later writer read
+	// the ticket later). Comment times only ever move forward, whatever
+	// the copy's age, so a late event still tells who spoke: applied in
+	// any order, the events leave the same mirror.
+	fresh := !found || !t.UpdatedAt.Before(prev.UpdatedAt)
+	c.commentNews(prev, t)
+	if !fresh && !c.CommentNews {
+		return c, nil // an older copy with nothing new
+	}
+	if _, err := tx.Exec(ctx, `
 INSERT INTO ticket_mirror (account, ticket_id, subject, status, requester_id, zendesk_updated_at,
                            last_customer_comment_at, last_agent_comment_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (account, ticket_id) DO UPDATE
-SET subject = excluded.subject, status = excluded.status,
-    requester_id = COALESCE(excluded.requester_id, ticket_mirror.requester_id),
-    zendesk_updated_at = excluded.zendesk_updated_at, mirrored_at = now(),
+SET subject = CASE WHEN $9 THEN excluded.subject ELSE ticket_mirror.subject END,
+    status = CASE WHEN $9 THEN excluded.status ELSE ticket_mirror.status END,
+    requester_id = CASE WHEN $9 THEN COALESCE(excluded.requester_id, ticket_mirror.requester_id) ELSE ticket_mirror.requester_id END,
+    zendesk_updated_at = GREATEST(ticket_mirror.zendesk_updated_at, excluded.zendesk_updated_at),
+    mirrored_at = now(),
     last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
-    last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)
-WHERE ticket_mirror.zendesk_updated_at <= excluded.zendesk_updated_at`,
+    last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)`,
 		l.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
-		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt))
-	if err != nil {
+		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt), fresh); err != nil {
 		return c, fmt.Errorf("ledger: mirror ticket %d: %w", t.TicketID, err)
 	}
-	c.Wrote = tag.RowsAffected() == 1
-	if !c.Wrote {
-		return c, nil
-	}
+	c.Wrote = true
 	c.Created = !found
 	c.Newer = !found || t.UpdatedAt.After(prev.UpdatedAt)
-	c.commentNews(prev, t)
+	// Same second, other fields: the copy is news to the mirror (the
+	// reconciler's export copy repairs what an out-of-order webhook left).
+	c.Changed = c.Newer || (fresh && (t.Status != prev.Status || t.Subject != prev.Subject ||
+		(t.RequesterID != 0 && t.RequesterID != prev.RequesterID)))
 	return c, nil
 }
 

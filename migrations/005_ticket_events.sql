@@ -59,11 +59,6 @@ CREATE TABLE reconcile_run (
 );
 CREATE INDEX reconcile_run_finished ON reconcile_run (account, finished_at DESC);
 
--- Which lookup last changed a ticket's enrichment (its workflow run and
--- activity), so live mode notes a ticket only when its data changed, and
--- a retried lookup that made the change still notes it.
-ALTER TABLE ticket_enrichment ADD COLUMN changed_by text;
-
 -- Event ids replace signatures as the deduplication key of deliveries.
 DROP TABLE webhook_delivery;
 
@@ -74,7 +69,6 @@ CREATE TABLE webhook_delivery (
     received_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX webhook_delivery_received ON webhook_delivery (received_at);
-ALTER TABLE ticket_enrichment DROP COLUMN changed_by;
 DROP TABLE reconcile_run;
 DROP TABLE zendesk_export_cursor;
 DROP TABLE ticket_event;

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/policy"
 )
@@ -167,21 +169,52 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			continue // events that arrived meanwhile still get their lookup
 		}
 		st.Error, st.Found = "", out.Found
-		// Live mode notes the ticket only when its data changed, so a lookup
-		// that found what the last one found (our own note's echo, a busy
-		// ticket) writes nothing. Histories from before this rule note
-		// every found lookup.
-		if out.Found && w.mode(ctx) == supportflow.EnrichmentLive &&
-			(workflow.GetVersion(ctx, versionNoteOnChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion || out.Changed) {
-			if err := w.noteEnrichment(ctx, d, req.TicketID, out); err != nil {
+		// Live mode notes each distinct content of a ticket's enrichment
+		// once: the note's ledger key is derived from the content, so a
+		// lookup that found what the last one found (our own note's echo, a
+		// busy ticket) writes nothing, a note that failed is tried again by
+		// the next lookup, and a ticket enriched in shadow mode is noted on
+		// its first live lookup. Histories from before note every lookup.
+		if out.Found && w.mode(ctx) == supportflow.EnrichmentLive {
+			key := noteKey(out.RunID)
+			if workflow.GetVersion(ctx, versionNoteOnChange, workflow.DefaultVersion, 1) == 1 {
+				key = contentNoteKey(req.TicketID, out.Customer)
+			}
+			if err := w.noteEnrichment(ctx, d, req.TicketID, key, out); err != nil {
 				st.Error = "the lookup was recorded, but its note on the ticket failed: " + errorMessage(err)
+				if workflow.GetVersion(ctx, versionSettleFailedNote, workflow.DefaultVersion, 1) == 1 {
+					// The note's ledger row must not stay 'applying'.
+					settle := activities.SettleInput{Key: key, TicketID: req.TicketID, HasComment: true, Error: st.Error}
+					sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+					if serr := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, nil); serr != nil {
+						return st, serr
+					}
+				}
 			}
 		}
 	}
 }
 
-// versionNoteOnChange marks the change that made live mode note only a
-// lookup whose data changed.
+// versionSettleFailedNote marks the change that settles a live note whose
+// posting failed for good (its ledger row used to stay 'applying').
+const versionSettleFailedNote = "enrich-settle-failed-note"
+
+// noteKey is the ledger key of a lookup's live note (before
+// versionNoteOnChange: one note per lookup).
+func noteKey(runID int64) string {
+	return supportflow.ActionKey("enrich-"+strconv.FormatInt(runID, 10), 0)
+}
+
+// contentNoteKey is the ledger key of the note of one content of a
+// ticket's enrichment: the same content, the same key, one note.
+func contentNoteKey(ticketID int64, c bqlookup.Customer) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", c.CustomerID, c.Email, c.LifetimeOrders, strings.Join(c.ActiveSubscriptions, "\x00"))
+	return supportflow.ActionKey(fmt.Sprintf("enrich-%d-%x", ticketID, h.Sum(nil)[:8]), 0)
+}
+
+// versionNoteOnChange marks the change that made live mode note each
+// distinct content once (contentNoteKey) instead of every lookup.
 const versionNoteOnChange = "enrich-note-only-on-change"
 
 // enrichDelays are the waits an enrichment run uses, recorded at its start.
@@ -232,14 +265,14 @@ func (w *Workflows) mode(ctx workflow.Context) string {
 
 // noteEnrichment puts the customer data on the ticket as a private note,
 // once per recorded lookup, through the action ledger.
-func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, ticketID int64, out enrichment.LookupOutput) error {
+func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, ticketID int64, key string, out enrichment.LookupOutput) error {
 	subs := "none"
 	if len(out.Customer.ActiveSubscriptions) > 0 {
 		subs = strings.Join(out.Customer.ActiveSubscriptions, ", ")
 	}
 	body := fmt.Sprintf("Customer %s: %d lifetime orders; active subscriptions: %s.", out.Customer.CustomerID, out.Customer.LifetimeOrders, subs)
 	in := activities.ActionInput{
-		Key:    supportflow.ActionKey("enrich-"+strconv.FormatInt(out.RunID, 10), 0),
+		Key:    key,
 		Action: supportflow.Action{TicketID: ticketID, Comment: &supportflow.Comment{Body: body, Public: false}},
 	}
 	actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)

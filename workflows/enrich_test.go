@@ -246,6 +246,26 @@ func TestEnrichTicket_LiveModeNotesOnlyWhenTheDataChanged(t *testing.T) {
 	assert.Contains(t, notes[1].Body, "13 lifetime orders")
 }
 
+// A live note that Zendesk refuses for good (the ticket is gone) is
+// settled in the ledger, not left 'applying'.
+func TestEnrichTicket_FailedLiveNoteIsSettled(t *testing.T) {
+	w := newDraftWorldWith(t, &workflows.Workflows{EnrichmentMode: supportflow.EnrichmentLive})
+	w.seedCustomer("sub-1")
+	const gone = int64(777001) // never created in Zendesk
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: gone,
+		Pending: []supportflow.TicketEvent{event(gone, supportflow.TicketUpdated, w.env.Now())}})
+	require.NoError(t, w.env.GetWorkflowError())
+	var st supportflow.EnrichmentStatus
+	require.NoError(t, w.env.GetWorkflowResult(&st))
+	assert.Contains(t, st.Error, "note on the ticket failed")
+	var key string
+	require.NoError(t, w.h.Pool.QueryRow(context.Background(), `SELECT key FROM action WHERE ticket_id = $1`, gone).Scan(&key))
+	row, err := w.h.Ledger.Get(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateFailed, row.State)
+	assert.Nil(t, row.LeaseExpiresAt)
+}
+
 // Every attempt writes exactly one lookup-log row, failed or not: two
 // attempts against a BigQuery that answers 500 (the client retries those
 // internally until the call's deadline), then one that succeeds.

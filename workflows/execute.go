@@ -127,6 +127,13 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		st.Error = errorMessage(legErr)
 		var state string
 		sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+		if temporal.IsCanceledError(legErr) && workflow.GetVersion(ctx, versionSettleOnCancel, workflow.DefaultVersion, 1) == 1 {
+			// Cancelled (an operator, or the parent): the action must still
+			// leave 'applying', so settle it on a context the cancellation
+			// does not reach.
+			dctx, _ := workflow.NewDisconnectedContext(ctx)
+			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
+		}
 		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, HasComment: act.Comment != nil, Error: st.Error}
 		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
 			return statuses, err
@@ -142,6 +149,10 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 	}
 	return statuses, nil
 }
+
+// versionSettleOnCancel marks the change that settles an action when its
+// execution is cancelled (it used to stay 'applying').
+const versionSettleOnCancel = "execute-settle-on-cancel"
 
 // errorMessage is the innermost cause's message, which is what an operator
 // needs ("HTTP 404: ticket not found"), not the activity-task wrapper.

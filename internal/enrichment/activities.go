@@ -64,9 +64,6 @@ type LookupOutput struct {
 	JobID          string            `json:"job_id"`
 	BytesBilled    int64             `json:"bytes_billed"`
 	BytesProcessed int64             `json:"bytes_processed"`
-	// Changed is true when the ticket's enrichment now says something it
-	// did not before (live mode notes only then).
-	Changed bool `json:"changed,omitempty"`
 }
 
 // LookupProgress is a running lookup's heartbeat details.
@@ -154,12 +151,11 @@ func (a *Activities) lookup(ctx context.Context, in LookupInput) (LookupOutput, 
 	if err != nil {
 		return out, err
 	}
-	info := activity.GetInfo(ctx)
-	runID, changed, err := a.Store.Record(ctx, in.TicketID, out.RequesterID, res, info.WorkflowExecution.RunID+"/"+info.ActivityID)
+	runID, err := a.Store.Record(ctx, in.TicketID, out.RequesterID, res)
 	if err != nil {
 		return out, err
 	}
-	out.RunID, out.Found, out.Customer, out.Changed = runID, res.Found, res.Customer, changed
+	out.RunID, out.Found, out.Customer = runID, res.Found, res.Customer
 	out.BytesBilled, out.BytesProcessed = res.BytesBilled, res.BytesProcessed
 	return out, nil
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,12 +114,10 @@ FROM lookup_log WHERE account = $1 AND ticket_id = $2 ORDER BY id`, s.account, t
 // Record writes a lookup's result in one transaction: the run (what
 // BigQuery ran and billed), the projection when the customer was found,
 // and the resolution of a dead letter the ticket may have. It returns the
-// run's ID and whether the projection's content changed: a customer found
-// for the first time, or other data than the projection held. by names
-// the lookup (its workflow run and activity), so a retried attempt of the
-// lookup that made a change still reports it.
-func (s *Store) Record(ctx context.Context, ticketID, requesterID int64, r bqlookup.Result, by string) (runID int64, changed bool, err error) {
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+// run's ID.
+func (s *Store) Record(ctx context.Context, ticketID, requesterID int64, r bqlookup.Result) (int64, error) {
+	var runID int64
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
 INSERT INTO enrichment_run (account, ticket_id, requester_id, found, job_id, bytes_billed, bytes_processed)
 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
@@ -132,33 +129,14 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
 			if subs == nil {
 				subs = []string{}
 			}
-			var prev struct {
-				id, email, by string
-				orders        int64
-				subs          []string
-			}
-			err := tx.QueryRow(ctx, `
-SELECT customer_id, customer_email, lifetime_orders, active_subscriptions, COALESCE(changed_by, '')
-FROM ticket_enrichment WHERE account = $1 AND ticket_id = $2 FOR UPDATE`, s.account, ticketID).Scan(
-				&prev.id, &prev.email, &prev.orders, &prev.subs, &prev.by)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				changed = true
-			case err != nil:
-				return err
-			default:
-				changed = prev.id != r.Customer.CustomerID || prev.email != r.Customer.Email ||
-					prev.orders != r.Customer.LifetimeOrders || !slices.Equal(prev.subs, subs) || (by != "" && prev.by == by)
-			}
 			if _, err := tx.Exec(ctx, `
-INSERT INTO ticket_enrichment (account, ticket_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at, run_id, changed_by)
-VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8)
+INSERT INTO ticket_enrichment (account, ticket_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at, run_id)
+VALUES ($1, $2, $3, $4, $5, $6, now(), $7)
 ON CONFLICT (account, ticket_id) DO UPDATE
 SET customer_id = excluded.customer_id, customer_email = excluded.customer_email,
     lifetime_orders = excluded.lifetime_orders, active_subscriptions = excluded.active_subscriptions,
-    looked_up_at = excluded.looked_up_at, run_id = excluded.run_id,
-    changed_by = CASE WHEN $9 THEN excluded.changed_by ELSE ticket_enrichment.changed_by END`,
-				s.account, ticketID, r.Customer.CustomerID, r.Customer.Email, r.Customer.LifetimeOrders, subs, runID, by, changed); err != nil {
+    looked_up_at = excluded.looked_up_at, run_id = excluded.run_id`,
+				s.account, ticketID, r.Customer.CustomerID, r.Customer.Email, r.Customer.LifetimeOrders, subs, runID); err != nil {
 				return err
 			}
 		}
@@ -168,9 +146,9 @@ WHERE account = $1 AND ticket_id = $2 AND resolved_at IS NULL`, s.account, ticke
 		return err
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("enrichment: record lookup of ticket %d: %w", ticketID, err)
+		return 0, fmt.Errorf("enrichment: record lookup of ticket %d: %w", ticketID, err)
 	}
-	return runID, changed, nil
+	return runID, nil
 }
 
 // Run is one recorded lookup.

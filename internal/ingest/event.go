@@ -267,8 +267,16 @@ func (ev Event) Ticket() (TicketChange, error) {
 	return c, nil
 }
 
+// Times outside [minEventTime, now+maxClockSkew] are refused: an event
+// from before Zendesk's ticket events, or from the future, would freeze a
+// ticket's mirror ("newest wins") or never encode for Temporal.
+var minEventTime = time.Date(2007, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const maxClockSkew = time.Hour
+
 // parseTime reads an RFC 3339 time (Zendesk sends whole seconds in
-// detail and nanoseconds in the envelope).
+// detail and nanoseconds in the envelope), kept to the microsecond that
+// PostgreSQL stores, so a stored time compares equal to its source.
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, errors.New("missing")
@@ -277,7 +285,11 @@ func parseTime(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time", text.Clip(s, 40))
 	}
-	return t.UTC(), nil
+	t = t.UTC().Truncate(time.Microsecond)
+	if t.Before(minEventTime) || t.After(time.Now().Add(maxClockSkew)) {
+		return time.Time{}, fmt.Errorf("%s is out of range (%s to an hour from now)", t.Format(time.RFC3339), minEventTime.Format("2006"))
+	}
+	return t, nil
 }
 
 // CheckJSON refuses what a JSON decoder would accept but supportflow must
@@ -319,10 +331,14 @@ func CheckJSON(body []byte) error {
 				if strings.ContainsRune(key, 0) {
 					return bad(KindNULCharacter, "a key holds a NUL character")
 				}
-				if stack[n-1].keys[key] {
-					return bad(KindDuplicateKey, "the key %q appears twice in one object", text.Clip(key, 60))
+				// Go's decoder matches field names without regard to case,
+				// so "subject" and "Subject" are the same field to it: both
+				// present is as ambiguous as one key twice.
+				folded := strings.ToLower(key)
+				if stack[n-1].keys[folded] {
+					return bad(KindDuplicateKey, "the key %q appears twice in one object (keys are compared without case)", text.Clip(key, 60))
 				}
-				stack[n-1].keys[key] = true
+				stack[n-1].keys[folded] = true
 				stack[n-1].expectKey = false
 				continue
 			}

@@ -109,9 +109,35 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 	if budget <= 0 {
 		budget = 20
 	}
+	// The pace must fit the attempt's deadline: at most ten minutes of
+	// requests.
+	budget = min(budget, max(1, 10*perMinute(r.RequestsPerMinute)))
 	me, err := r.Export.Me(ctx)
 	if err != nil {
 		return res, err
+	}
+	// One pass at a time per account, whoever started it (the schedule, an
+	// operator): two would double the export rate and race on the cursor.
+	release, ok, err := r.Store.TryLockReconcile(ctx)
+	if err != nil {
+		return res, err
+	}
+	if !ok {
+		r.logger().Info("another reconciliation is running; this one does nothing")
+		return res, nil
+	}
+	defer release()
+	cur, err = r.Store.Cursor(ctx) // as the previous pass left it
+	if err != nil {
+		return res, err
+	}
+	if cur.EventsStart == 0 {
+		// Cold start: both exports read from the same start, saved now, so
+		// a pass cut short leaves no gap between them.
+		cur.EventsStart = start.Unix()
+		if err := r.Store.SaveCursor(ctx, cur); err != nil {
+			return res, err
+		}
 	}
 
 	// Read both exports first: who made a ticket's changes (the event
@@ -171,6 +197,13 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 			}
 			a.add(ev, me)
 		}
+		if page.EndTime <= eventsStart && !page.EndOfStream {
+			// Zendesk returns every event of a page's last second, so
+			// end_time always moves; if it does not, stop rather than spend
+			// the budget on the same page.
+			r.logger().Warn("the ticket event export did not move past its start time", "start_time", eventsStart)
+			break
+		}
 		if page.EndTime > eventsStart {
 			eventsStart = page.EndTime
 		}
@@ -186,7 +219,7 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 		if err != nil {
 			return res, err
 		}
-		if rec.Mirror.Newer && !rec.Duplicate {
+		if rec.Mirror.Changed && !rec.Duplicate {
 			repaired[id] = true
 			r.Metrics.Repair("ticket")
 			r.logger().Info("reconciler repaired a ticket a webhook missed", "ticket_id", id, "updated_at", t.UpdatedAt,
@@ -196,12 +229,17 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 	if err := r.Store.SaveCursor(ctx, ExportCursor{Tickets: cur.Tickets, EventsStart: cur.EventsStart}); err != nil {
 		return res, err
 	}
+	heldBack := false
 	for _, id := range slices.Sorted(maps.Keys(acts)) {
 		a := acts[id]
 		if len(a.authors) == 0 {
 			continue // no public comment in this stretch
 		}
 		rec, err := r.repairComments(ctx, id, a)
+		if errors.Is(err, errRequesterUnknown) {
+			heldBack = true
+			continue
+		}
 		if err != nil {
 			return res, err
 		}
@@ -212,12 +250,12 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 				"customer_comment_at", a.customerAt, "agent_comment_at", a.agentAt, "customer_activity", rec.Event.CustomerActivity)
 		}
 	}
-	if ticketsDone {
+	if ticketsDone && !heldBack {
 		if err := r.Store.SaveCursor(ctx, ExportCursor{Tickets: cur.Tickets, EventsStart: eventsStart}); err != nil {
 			return res, err
 		}
 	}
-	res.CaughtUp = ticketsDone && eventsDone
+	res.CaughtUp = ticketsDone && eventsDone && !heldBack
 	ids := slices.Sorted(maps.Keys(repaired))
 	res.Repaired = len(ids)
 	res.RepairedTickets = ids[:min(len(ids), maxListed)]
@@ -283,7 +321,7 @@ func (r *Reconciler) repairTicket(ctx context.Context, t zendeskclient.ExportedT
 		mc, err := r.Ledger.ApplyTicketMirrorTx(ctx, tx, m)
 		mc.CustomerNews = false // comments are the event export's to judge
 		return mc, err
-	}, func(mc ledger.MirrorChange) bool { return mc.Newer })
+	}, func(mc ledger.MirrorChange) bool { return mc.Changed })
 }
 
 // repairComments moves the mirror's comment times forward to what the
@@ -292,6 +330,13 @@ func (r *Reconciler) repairComments(ctx context.Context, ticketID int64, a *acti
 	var requester int64
 	if m, err := r.Ledger.GetTicketMirror(ctx, ticketID); err == nil {
 		requester = m.RequesterID
+	}
+	if requester == 0 {
+		// Without the requester nobody can tell the customer's comment from
+		// an agent's; the ticket export brings it (then the next pass, which
+		// reads these events again from the saved start, repairs this).
+		r.logger().Warn("reconciler skipped a ticket's comments: its requester is not known yet", "ticket_id", ticketID)
+		return Recorded{}, errRequesterUnknown
 	}
 	a.customerAt, a.agentAt = time.Time{}, time.Time{}
 	for author, at := range a.authors {
@@ -346,6 +391,9 @@ func (r *Reconciler) recordIfNews(ctx context.Context, ticketID, requesterID int
 
 var errNotNews = errors.New("not news")
 
+// errRequesterUnknown holds the event export's start back for a pass.
+var errRequesterUnknown = errors.New("requester unknown")
+
 func (r *Reconciler) logger() *slog.Logger {
 	if r.Logger == nil {
 		return slog.Default()
@@ -359,11 +407,16 @@ type pacer struct {
 	next  time.Time
 }
 
-func newPacer(perMinute int) *pacer {
-	if perMinute <= 0 {
-		perMinute = 10
+func newPacer(rpm int) *pacer {
+	return &pacer{every: time.Minute / time.Duration(perMinute(rpm))}
+}
+
+// perMinute is the configured pace; 0 means Zendesk's 10.
+func perMinute(rpm int) int {
+	if rpm <= 0 {
+		return 10
 	}
-	return &pacer{every: time.Minute / time.Duration(perMinute)}
+	return rpm
 }
 
 func (p *pacer) wait(ctx context.Context) error {

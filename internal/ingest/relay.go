@@ -28,8 +28,9 @@ type Relay struct {
 	// Interval is how often the relay looks for due events when nothing
 	// wakes it; 0 means 2 s.
 	Interval time.Duration
-	// Lease is how long a claimed event is left to its claimant; 0 means
-	// 30 s.
+	// Lease is how long a claimed batch is left to its claimant; 0 means
+	// long enough for the whole batch at CallTimeout each, plus 30 s, so
+	// no other relay takes an event this one is still dispatching.
 	Lease time.Duration
 	// CallTimeout bounds one dispatch; 0 means 10 s.
 	CallTimeout time.Duration
@@ -38,7 +39,7 @@ type Relay struct {
 }
 
 // batch is how many events one claim takes.
-const batch = 100
+const batch = 10
 
 func (r *Relay) init() {
 	if r.wake == nil {
@@ -95,13 +96,13 @@ func (r *Relay) Run(ctx context.Context) {
 // DispatchDue claims and dispatches one batch of due events; it returns
 // how many it claimed.
 func (r *Relay) DispatchDue(ctx context.Context) (int, error) {
-	lease := r.Lease
-	if lease <= 0 {
-		lease = 30 * time.Second
-	}
 	timeout := r.CallTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
+	}
+	lease := r.Lease
+	if lease <= 0 {
+		lease = batch*(timeout+5*time.Second) + 30*time.Second
 	}
 	due, err := r.Store.ClaimDue(ctx, batch, lease)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/text"
@@ -250,6 +251,38 @@ ON CONFLICT (account) DO UPDATE SET tickets_cursor = excluded.tickets_cursor, ev
 		return fmt.Errorf("ingest: save export cursor: %w", err)
 	}
 	return nil
+}
+
+// TryLockReconcile takes the account's reconciliation lock (a session
+// advisory lock on a connection of its own) if no one holds it; release
+// gives it back. ok is false when another pass holds it.
+func (s *Store) TryLockReconcile(ctx context.Context) (release func(), ok bool, err error) {
+	acquirer, can := s.db.(interface {
+		Acquire(ctx context.Context) (*pgxpool.Conn, error)
+	})
+	if !can {
+		return func() {}, true, nil // a single connection: nothing to race
+	}
+	conn, err := acquirer.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("ingest: reconcile lock: %w", err)
+	}
+	key := ledger.TicketLockKey("reconcile/"+s.account, 0)
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("ingest: reconcile lock: %w", err)
+		}
+		return nil, false, nil
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			conn.Conn().Close(uctx) // closing the session releases its locks
+		}
+		conn.Release()
+	}, true, nil
 }
 
 // RecordRun stores a reconciliation's summary.

@@ -102,7 +102,6 @@ type webhooks struct {
 	faults   faultQueue[WebhookFault]
 	stats    WebhookStats
 	inflight sync.WaitGroup
-	client   *http.Client
 }
 
 // SetWebhook starts (or, with an empty URL, stops) event deliveries for
@@ -121,8 +120,11 @@ func (z *Zendesk) SetWebhook(cfg WebhookConfig) {
 	}
 	z.hooks.cfg = cfg
 	z.hooks.rng = mrand.New(mrand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	z.hooks.client = &http.Client{}
 }
+
+// webhookClient is the HTTP client of every delivery (never replaced, so
+// a delivery in flight is safe from SetWebhook).
+var webhookClient = &http.Client{}
 
 // InjectWebhookFault adds a delivery fault.
 func (z *Zendesk) InjectWebhookFault(f WebhookFault) { z.hooks.faults.inject(f, f.Times) }
@@ -314,7 +316,7 @@ func (z *Zendesk) post(cfg WebhookConfig, body []byte) (int, time.Duration) {
 	req.Header.Set("X-Zendesk-Webhook-Invocation-Id", strconv.FormatInt(time.Now().UnixNano(), 10))
 	req.Header.Set("X-Zendesk-Webhook-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)))
 	req.Header.Set("X-Zendesk-Webhook-Signature-Timestamp", ts)
-	resp, err := z.hooks.client.Do(req)
+	resp, err := webhookClient.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return 0, 0
@@ -591,8 +593,18 @@ func (z *Zendesk) incrementalTicketEvents(w http.ResponseWriter, r *http.Request
 	end := len(items) <= limit
 	endTime := horizon.Unix()
 	if !end {
-		items = items[:limit]
+		// A page may run past per_page: it takes every event of its last
+		// second, so end_time always moves on.
+		n := limit
+		for n < len(items) && items[n].at.Unix() == items[limit-1].at.Unix() {
+			n++
+		}
+		end = n == len(items)
+		items = items[:n]
 		endTime = items[len(items)-1].at.Unix()
+		if end {
+			endTime = horizon.Unix()
+		}
 	}
 	rows := make([]map[string]any, 0, len(items))
 	for _, it := range items {
