@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -351,4 +352,49 @@ func TestTicketLockKey_IsStableAndDistinct(t *testing.T) {
 	assert.Equal(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme", 42))
 	assert.NotEqual(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme", 43))
 	assert.NotEqual(t, ledger.TicketLockKey("acme", 42), ledger.TicketLockKey("acme4", 2))
+}
+
+// Events applied in any order leave the same mirror: a late event's
+// customer comment still moves "customer spoke last" (and is news), while
+// the ticket's fields keep the newest copy's; a copy of the same second
+// with other fields is a change.
+func TestApplyTicketMirror_LateCommentAndSameSecondCopies(t *testing.T) {
+	t.Parallel()
+	l, pool := newLedger(t)
+	ctx := context.Background()
+	apply := func(m ledger.TicketMirror) ledger.MirrorChange {
+		t.Helper()
+		var c ledger.MirrorChange
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = l.ApplyTicketMirrorTx(ctx, tx, m)
+			return err
+		}))
+		return c
+	}
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	c := apply(ledger.TicketMirror{TicketID: 7, Status: "pending", Subject: "s", RequesterID: 5, UpdatedAt: t0.Add(2 * time.Second), LastAgentCommentAt: t0.Add(-time.Minute)})
+	assert.True(t, c.Created && c.Newer && c.Changed)
+
+	// The customer's comment of t0+1s arrives after the t0+2s update.
+	c = apply(ledger.TicketMirror{TicketID: 7, Status: "open", Subject: "s", RequesterID: 5, UpdatedAt: t0.Add(time.Second), LastCustomerCommentAt: t0.Add(time.Second)})
+	assert.True(t, c.Wrote && c.CustomerNews, "the late comment is news: %+v", c)
+	assert.False(t, c.Newer || c.Changed)
+	m, err := l.GetTicketMirror(ctx, 7)
+	require.NoError(t, err)
+	assert.Equal(t, "pending", m.Status, "fields keep the newest copy")
+	assert.Equal(t, t0.Add(time.Second), m.LastCustomerCommentAt.UTC())
+
+	// The same comment again: nothing new.
+	c = apply(ledger.TicketMirror{TicketID: 7, Status: "open", Subject: "s", RequesterID: 5, UpdatedAt: t0.Add(time.Second), LastCustomerCommentAt: t0.Add(time.Second)})
+	assert.False(t, c.Wrote || c.CustomerNews)
+
+	// A copy of the same second with another status (Zendesk's times are
+	// whole seconds) is a change, not news of a newer update.
+	c = apply(ledger.TicketMirror{TicketID: 7, Status: "solved", Subject: "s", RequesterID: 5, UpdatedAt: t0.Add(2 * time.Second)})
+	assert.True(t, c.Changed)
+	assert.False(t, c.Newer)
+	m, err = l.GetTicketMirror(ctx, 7)
+	require.NoError(t, err)
+	assert.Equal(t, "solved", m.Status)
 }
