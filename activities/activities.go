@@ -91,6 +91,7 @@ func (in ActionInput) reserveRequest(claimant string, d policy.Durations) ledger
 		Subscriptions: in.Action.CancelSubscriptions,
 		Claimant:      claimant,
 		Lease:         d.Lease,
+		Digest:        ledger.ContentDigest(in.Action),
 	}
 }
 

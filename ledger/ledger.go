@@ -16,6 +16,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -118,6 +120,25 @@ type ReserveRequest struct {
 	Claimant string
 	// Lease is how long the claim stays live without ExtendLease.
 	Lease time.Duration
+	// Digest identifies the action's content (ContentDigest); a key
+	// reserved before with another digest is ErrConflict. Empty skips the
+	// check.
+	Digest string
+}
+
+// ContentDigest is the digest of what an action does: its ticket, comment
+// and subscriptions. Two proposals that share an ID but differ here are
+// different actions.
+func ContentDigest(a supportflow.Action) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00", a.TicketID)
+	if a.Comment != nil {
+		fmt.Fprintf(h, "c%t\x00%s\x00", a.Comment.Public, a.Comment.Body)
+	}
+	for _, s := range a.CancelSubscriptions {
+		fmt.Fprintf(h, "s%s\x00", s)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Reservation is the result of a successful Reserve.
@@ -174,6 +195,7 @@ func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, 
 			attempts   int
 			auditID    *int64
 			commentID  *int64
+			digest     *string
 		)
 		// One round trip: take the ticket lock, create the row if absent
 		// (correct when 50 attempts race for one key), and read it back
@@ -187,9 +209,9 @@ ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, r
 		b.Queue(`
 SELECT id, ticket_id, has_comment, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
-       attempts, zendesk_audit_id, zendesk_comment_id, created_at
+       attempts, zendesk_audit_id, zendesk_comment_id, created_at, content_digest
 FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID, &res.ReservedAt)
+			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID, &res.ReservedAt, &digest)
 		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
@@ -197,6 +219,9 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).Que
 		if ticketID != req.TicketID || hasComment != req.HasComment {
 			return fmt.Errorf("%w: %s is ticket %d (comment %t), asked for ticket %d (comment %t)",
 				ErrConflict, req.Key, ticketID, hasComment, req.TicketID, req.HasComment)
+		}
+		if req.Digest != "" && digest != nil && *digest != req.Digest {
+			return fmt.Errorf("%w: %s was approved with another comment or other subscriptions", ErrConflict, req.Key)
 		}
 		if state == supportflow.StateApplied {
 			res.Applied = true
@@ -218,8 +243,9 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).Que
 		b = &pgx.Batch{}
 		b.Queue(`
 UPDATE action SET state = 'applying', claimant = $2, lease_expires_at = now() + $3::interval,
-       attempts = attempts + 1, updated_at = now(), settled_at = NULL
-WHERE id = $1`, res.ID, req.Claimant, req.Lease)
+       attempts = attempts + 1, updated_at = now(), settled_at = NULL,
+       content_digest = COALESCE(content_digest, NULLIF($4, ''))
+WHERE id = $1`, res.ID, req.Claimant, req.Lease, req.Digest)
 		if len(req.Subscriptions) > 0 {
 			b.Queue(`
 INSERT INTO action_cancellation (action_id, subscription_id, position)

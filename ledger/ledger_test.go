@@ -398,3 +398,34 @@ func TestApplyTicketMirror_LateCommentAndSameSecondCopies(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "solved", m.Status)
 }
+
+// A key reused with other content (another reply, other subscriptions)
+// is refused, even once the first action is applied: it is another
+// action, not a repeat.
+func TestReserve_SameKeyOtherContentIsAConflict(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	first := supportflow.Action{TicketID: 42, Comment: &supportflow.Comment{Body: "Cancelled.", Public: true}}
+	r := req("p9:0", "A", time.Minute)
+	r.Digest = ledger.ContentDigest(first)
+	res, err := l.Reserve(ctx, r)
+	require.NoError(t, err)
+	_, won, err := l.RecordComment(ctx, res.ID, "A", 1, 2)
+	require.NoError(t, err)
+	require.True(t, won)
+
+	again := req("p9:0", "B", time.Minute)
+	again.Digest = ledger.ContentDigest(first)
+	res, err = l.Reserve(ctx, again)
+	require.NoError(t, err)
+	assert.True(t, res.Applied, "the same content is a repeat: deduplicated")
+
+	other := first
+	other.Comment = &supportflow.Comment{Body: "Refunded.", Public: true}
+	r2 := req("p9:0", "C", time.Minute)
+	r2.Digest = ledger.ContentDigest(other)
+	_, err = l.Reserve(ctx, r2)
+	assert.ErrorIs(t, err, ledger.ErrConflict)
+	assert.NotEqual(t, ledger.ContentDigest(first), ledger.ContentDigest(supportflow.Action{TicketID: 42, Comment: first.Comment, CancelSubscriptions: []string{"s"}}))
+}

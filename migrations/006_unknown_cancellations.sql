@@ -4,7 +4,14 @@ ALTER TABLE action_cancellation DROP CONSTRAINT action_cancellation_state_check;
 ALTER TABLE action_cancellation ADD CONSTRAINT action_cancellation_state_check
     CHECK (state IN ('pending', 'cancelled', 'failed', 'unknown'));
 
+-- A digest of what the action does (ticket, comment, subscriptions): the
+-- same key reused with other content is refused, never silently applied.
+-- NULL for rows from before, which take the digest of their next reserve.
+ALTER TABLE action ADD COLUMN content_digest text;
+
 ---- create above / drop below ----
+
+ALTER TABLE action DROP COLUMN content_digest;
 
 UPDATE action_cancellation SET state = 'failed' WHERE state = 'unknown';
 ALTER TABLE action_cancellation DROP CONSTRAINT action_cancellation_state_check;
