@@ -333,6 +333,10 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 	}
 }
 
+// versionStartChildFirst marks the change that starts the execution
+// before marking the proposal executing.
+const versionStartChildFirst = "draft-start-child-first"
+
 // execute runs the approved proposal as a child ExecuteProposal and
 // follows it. The child runs on a disconnected context with parent-close
 // policy ABANDON: neither cancelling nor terminating the draft stops an
@@ -341,7 +345,13 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (supportflow.DraftStatus, error) {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	dr.setState(ctx, supportflow.DraftExecuting)
-	dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
+	// The child starts before the proposal is marked executing, so a draft
+	// terminated in between leaves an execution that runs, never an
+	// approved proposal that never does. Histories from before mark first.
+	childFirst := workflow.GetVersion(ctx, versionStartChildFirst, workflow.DefaultVersion, 1) == 1
+	if !childFirst {
+		dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
+	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var act supportflow.TicketActivity
@@ -357,7 +367,12 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 			ticketKey.ValueSet(strconv.FormatInt(p.TicketID, 10)), proposalKey.ValueSet(p.ID)),
 	})
 	var statuses []supportflow.ActionStatus
-	err := workflow.ExecuteChildWorkflow(cctx, supportflow.ExecuteProposalWorkflow, p.Proposal()).Get(ctx, &statuses)
+	child := workflow.ExecuteChildWorkflow(cctx, supportflow.ExecuteProposalWorkflow, p.Proposal())
+	if childFirst {
+		_ = child.GetChildWorkflowExecution().Get(ctx, nil) // started (or refused: reported below)
+		dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
+	}
+	err := child.Get(ctx, &statuses)
 	if err != nil {
 		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
 		if errors.As(err, &started) {
