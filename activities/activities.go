@@ -69,6 +69,11 @@ func (a *Activities) log(ctx context.Context) *slog.Logger {
 type ActionInput struct {
 	Key    string             `json:"key"`
 	Action supportflow.Action `json:"action"`
+	// ReplyLast orders the legs truthfully: the cancellations run first
+	// and the reply only once every one of them succeeded, so a reply never
+	// promises what did not happen. Executions from before run the reply
+	// first.
+	ReplyLast bool `json:"reply_last,omitempty"`
 }
 
 // validate rejects input that can never succeed, before anything is

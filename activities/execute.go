@@ -55,6 +55,11 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		a.Metrics.ActionLeg("zendesk", "applied")
 		return PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
 	}
+	if in.ReplyLast && len(res.Cancelled) < len(in.Action.CancelSubscriptions) && !res.CommentLanded() {
+		// The reply says what was done; it waits for every cancellation.
+		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
+		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s: its cancellations have not all succeeded; run CancelSubscriptions first", supportflow.ErrInvalidInput, in.Key))
+	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
 	if res.TookOver {
 		log.Info("took over an expired claim", "prior_attempts", res.PriorAttempts)
@@ -217,7 +222,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		a.Metrics.ActionLeg("cancellations", "applied")
 		return CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
 	}
-	if in.Action.Comment != nil && !res.CommentLanded() {
+	if in.Action.Comment != nil && !res.CommentLanded() && !in.ReplyLast {
 		// The legs run in order; cancelling before the reply is recorded
 		// would let a failed reply leave a silent cancellation behind.
 		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")

@@ -145,28 +145,56 @@ func TestExecution_ReapproveAfterPartialFailure(t *testing.T) {
 
 	p := supportflow.Proposal{ID: "partial", Actions: []supportflow.Action{reply(ticket, "Both cancelled.", "sub-1", "sub-2")}}
 	s.approve(p)
-	statuses, err := s.wait("partial")
+	_, err := s.wait("partial")
 	require.Error(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, s.action("partial:0").State)
-	_ = statuses
-	assert.Equal(t, 1, s.zd.CommentCount(ticket))
 	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
 	assert.Equal(t, 0, s.subs.Cancellations("sub-2"))
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-2"), "a 422 is not retried")
+	// Nothing public promised what did not happen; the agents were told.
+	comments := s.zd.Comments(ticket)
+	require.Len(t, comments, 1)
+	assert.False(t, comments[0].Public, "a private note, not the reply")
 
 	s.subs.ClearFaults()
 	s.approve(p)
-	statuses, err = s.wait("partial")
+	statuses, err := s.wait("partial")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
 
-	assert.Equal(t, 1, s.zd.CommentCount(ticket), "the comment is not posted again")
-	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"))
+	comments = s.zd.Comments(ticket)
+	require.Len(t, comments, 2, "the note, then the reply once every cancellation succeeded")
+	assert.True(t, comments[1].Public)
+	assert.Equal(t, "Both cancelled.", comments[1].Body)
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-1"), "sub-1 is not called again")
 	assert.Equal(t, 1, s.subs.Cancellations("sub-2"))
 	a := s.action("partial:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
 	assert.Empty(t, a.LastError)
+}
+
+// A cancellation refused for good: no public reply (it would promise a
+// cancellation that did not happen), one private note for the agents,
+// and running the execution again adds no second note.
+func TestExecution_ReplyOnlyAfterCancellations(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel mine"})
+	s.startWorker()
+	p := supportflow.Proposal{ID: "refused", Actions: []supportflow.Action{reply(ticket, "Your plan is cancelled.", "sub-unknown")}}
+	for range 2 {
+		s.approve(p)
+		_, err := s.wait("refused")
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, err, &app)
+		assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+	}
+	comments := s.zd.Comments(ticket)
+	require.Len(t, comments, 1, "one note, no reply")
+	assert.False(t, comments[0].Public)
+	assert.Contains(t, comments[0].Body, "did not send the approved reply")
+	assert.Contains(t, comments[0].Body, "sub-unknown")
+	assert.Equal(t, supportflow.StateFailed, s.action("refused:0").State)
 }
 
 // Many approvals of one proposal at once, plus one while it runs: one

@@ -5,6 +5,8 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -100,25 +102,48 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 	d := w.durations()
 	log := workflow.GetLogger(ctx)
 
+	// Truthful order: cancellations first, the reply only after all of
+	// them succeeded. Histories from before post the reply first.
+	replyLast := workflow.GetVersion(ctx, versionReplyLast, workflow.DefaultVersion, 1) == 1
+
 	for i, act := range p.Actions {
 		st := &statuses[i]
 		st.State = supportflow.StateApplying
-		in := activities.ActionInput{Key: st.Key, Action: act}
-		var legErr error
-		if act.Comment != nil {
+		in := activities.ActionInput{Key: st.Key, Action: act, ReplyLast: replyLast}
+		reply := func() error {
 			var r activities.PostReplyResult
 			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
-			legErr = workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
-			if legErr == nil {
+			err := workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
+			if err == nil {
 				st.CommentID = r.CommentID
 				log.Info("reply on ticket", "action_key", st.Key, "comment_id", r.CommentID, "source", r.Source)
 			}
+			return err
 		}
-		if legErr == nil && len(act.CancelSubscriptions) > 0 {
+		cancelLeg := func() error {
 			var r activities.CancelResult
 			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
-			legErr = workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
+			err := workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
 			st.Cancelled = r.Cancelled
+			return err
+		}
+		var legErr error
+		cancelFailed := false
+		if replyLast {
+			if len(act.CancelSubscriptions) > 0 {
+				legErr = cancelLeg()
+				cancelFailed = legErr != nil
+			}
+			if legErr == nil && act.Comment != nil {
+				legErr = reply()
+			}
+		} else {
+			if act.Comment != nil {
+				legErr = reply()
+			}
+			if legErr == nil && len(act.CancelSubscriptions) > 0 {
+				legErr = cancelLeg()
+			}
 		}
 		if legErr == nil {
 			st.State = supportflow.StateApplied
@@ -144,10 +169,38 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			st.Error = ""
 			continue
 		}
+		if cancelFailed && act.Comment != nil && act.Comment.Public {
+			// The customer was not told; the agents must be. A private
+			// note on the ticket, itself exactly once through the ledger.
+			note := activities.ActionInput{Key: attentionKey(p.ID, i), Action: supportflow.Action{TicketID: act.TicketID,
+				Comment: &supportflow.Comment{Body: attentionNote(st), Public: false}}}
+			nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+			if err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil); err != nil {
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
+			}
+		}
 		return statuses, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
 	}
 	return statuses, nil
+}
+
+// versionReplyLast marks the truthful order: cancellations, then the reply.
+const versionReplyLast = "execute-reply-last"
+
+// attentionKey is the ledger key of the private note that tells the
+// agents an action's reply was held back (one per action, whatever the
+// proposal ID's length).
+func attentionKey(proposalID string, index int) string {
+	sum := sha256.Sum256([]byte(proposalID))
+	return supportflow.ActionKey("attention-"+hex.EncodeToString(sum[:12]), index)
+}
+
+// attentionNote is that note's text.
+func attentionNote(st *supportflow.ActionStatus) string {
+	return fmt.Sprintf("supportflow did not send the approved reply (action %s): a cancellation failed for good, so the reply "+
+		"would have promised what did not happen. Cancelled: %v. Error: %s. The customer has not been answered; please follow up.",
+		st.Key, st.Cancelled, st.Error)
 }
 
 // versionSettleOnCancel marks the change that settles an action when its

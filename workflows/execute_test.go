@@ -267,11 +267,11 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	assert.Equal(t, 1, r.Zendesk.Requests("GET", "/api/v2/tickets/404404"), "a 404 is not retried")
 	assert.Zero(t, r.Zendesk.Requests("PUT", "/api/v2/tickets/"), "an unknown ticket is never written")
 	assert.Equal(t, 0, r.Zendesk.TotalComments())
-	assert.Equal(t, 0, r.Subscriptions.Cancellations("sub-1"), "the cancellation leg never ran")
+	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-1"), "the cancellation runs first, the reply last")
 
 	a, err := r.Ledger.Get(context.Background(), "p-404:0")
 	require.NoError(t, err)
-	assert.Equal(t, supportflow.StateFailed, a.State)
+	assert.Equal(t, supportflow.StatePartialFailure, a.State, "cancelled, but the reply could not be posted")
 	assert.Contains(t, a.LastError, "404")
 	_, err = r.Ledger.Get(context.Background(), "p-404:1")
 	assert.ErrorIs(t, err, ledger.ErrNotFound, "later actions are not started")
@@ -280,7 +280,7 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	require.NoError(t, err)
 	var statuses []supportflow.ActionStatus
 	require.NoError(t, res.Get(&statuses))
-	assert.Equal(t, supportflow.StateFailed, statuses[0].State)
+	assert.Equal(t, supportflow.StatePartialFailure, statuses[0].State)
 	assert.Contains(t, statuses[0].Error, "404")
 	assert.Equal(t, supportflow.StatePending, statuses[1].State)
 }
