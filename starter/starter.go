@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
 )
 
 // Starter starts and queries supportflow workflows through a Temporal
@@ -36,6 +37,48 @@ type Execution struct {
 	// Joined is true when the proposal was already executing and this call
 	// joined that execution instead of starting another.
 	Joined bool
+}
+
+// ErrNotRetryable is wrapped by Retry's refusals: the proposal was never
+// approved, is still running, or has nothing left to do.
+var ErrNotRetryable = errors.New("starter: nothing to retry")
+
+// Proposals is what Retry reads: the saved proposal and its action's
+// ledger row (ledger.Ledger).
+type Proposals interface {
+	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
+	Get(ctx context.Context, key string) (ledger.Action, error)
+}
+
+// Retry runs an approved proposal whose execution failed again, with the
+// same action keys, so what landed is skipped and the rest runs (the
+// reply last). It refuses with ErrNotRetryable a proposal that was never
+// approved, is still being applied, or is applied; an unknown proposal is
+// ledger.ErrNotFound.
+func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Execution, error) {
+	if err := supportflow.ValidateProposalID(proposalID); err != nil {
+		return Execution{}, err
+	}
+	p, err := l.GetProposal(ctx, proposalID)
+	if err != nil {
+		return Execution{}, err
+	}
+	if p.State != supportflow.DraftFailed && p.State != supportflow.DraftExecuting {
+		return Execution{}, fmt.Errorf("%w: proposal %s is %s; only an approved proposal whose execution failed can be retried", ErrNotRetryable, p.ID, p.State)
+	}
+	key := supportflow.ActionKey(p.ID, 0)
+	a, err := l.Get(ctx, key)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+	case err != nil:
+		return Execution{}, err
+	case a.State == supportflow.StateApplied:
+		return Execution{}, fmt.Errorf("%w: action %s is applied", ErrNotRetryable, key)
+	case a.State == supportflow.StateApplying && p.State == supportflow.DraftExecuting:
+		return Execution{}, fmt.Errorf("%w: action %s is still being applied", ErrNotRetryable, key)
+	}
+	dp := supportflow.DraftProposal{ID: p.ID, TicketID: p.TicketID, Reply: p.Reply, CancelSubscriptions: p.CancelSubscriptions}
+	return s.ExecuteProposal(ctx, dp.Proposal())
 }
 
 // ExecuteProposal starts the execution of an approved proposal, or joins

@@ -387,3 +387,64 @@ func (s *stack) waitMirrored(ticketID int64) {
 		return err == nil
 	}, waitBudget, 20*time.Millisecond, "ticket %d was mirrored", ticketID)
 }
+
+// A proposal whose cancellation was refused (so its reply was held back)
+// is retried through the API once the cause is fixed: the cancellation,
+// then the reply, each exactly once; the agents' note is not repeated; a
+// second retry has nothing to do.
+func TestExecution_RetryNeedsAttention(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.extraEnv = []string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=100ms", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=100ms"}
+	s.startWorker()
+	c := s.api()
+	c.subscribe(standin.WebhookConfig{})
+
+	requester := 63000 + ticketIDs.Add(1)
+	tk := standin.Ticket{ID: 63000 + ticketIDs.Add(1), Subject: "Cancel", Description: "Please cancel my plan.", RequesterID: requester}
+	s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "c-retry-api", ActiveSubscriptions: []string{"sub-r"}})
+	s.subs.AddSubscription("sub-r", "c-retry-api")
+	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-r/cancel", Status: 422, Times: -1})
+	s.zd.AddTicket(tk)
+	require.Eventually(t, func() bool {
+		st, err := s.starter.EnrichmentStatus(context.Background(), tk.ID)
+		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
+	}, waitBudget, 50*time.Millisecond)
+
+	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tk.ID), apiToken, nil, nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	st := s.waitState(tk.ID, supportflow.DraftAwaitingApproval)
+	require.Equal(t, []string{"sub-r"}, st.Proposal.CancelSubscriptions)
+	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/approve", apiToken, nil, nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	s.waitState(tk.ID, supportflow.DraftFailed)
+	comments := s.zd.Comments(tk.ID)
+	require.Len(t, comments, 1, "no reply, one note")
+	assert.False(t, comments[0].Public)
+
+	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	var started api.RetryStarted
+	require.NoError(t, json.Unmarshal(resp, &started))
+	assert.Equal(t, supportflow.ExecuteWorkflowID(st.Proposal.ID), started.WorkflowID)
+	_, err := s.wait(st.Proposal.ID)
+	require.Error(t, err, "still refused: the retry fails the same way")
+	assert.Len(t, s.zd.Comments(tk.ID), 1, "the note is not repeated")
+
+	s.subs.ClearFaults()
+	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	statuses, err := s.wait(st.Proposal.ID)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	comments = s.zd.Comments(tk.ID)
+	require.Len(t, comments, 2, "the note, then the reply")
+	assert.True(t, comments[1].Public)
+	assert.Equal(t, 1, s.subs.Cancellations("sub-r"))
+
+	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
+	assert.Equal(t, http.StatusConflict, code, "%s", resp)
+	assert.Contains(t, string(resp), "nothing-to-retry")
+	code, _ = c.do("POST", "/proposals/no-such/retry", apiToken, nil, nil)
+	assert.Equal(t, http.StatusNotFound, code)
+}

@@ -10,6 +10,7 @@
 //	GET  /tickets/{id}/draft/events     Server-Sent Events of state and progress, until it settles
 //	POST /proposals/{id}/approve        approve the current proposal
 //	POST /proposals/{id}/reject         reject it
+//	POST /proposals/{id}/retry          run a failed approved proposal again (same keys)
 //	GET  /actions/{key}                 an action's ledger row
 //	POST /webhooks/zendesk              Zendesk's ticket event webhooks (signed; see webhook)
 //	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
@@ -169,6 +170,7 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	s.mux.HandleFunc("GET /tickets/{id}/draft/events", s.authed(s.draftEvents))
 	s.mux.HandleFunc("POST /proposals/{id}/approve", s.authed(s.approve))
 	s.mux.HandleFunc("POST /proposals/{id}/reject", s.authed(s.reject))
+	s.mux.HandleFunc("POST /proposals/{id}/retry", s.authed(s.retry))
 	s.mux.HandleFunc("GET /actions/{key}", s.authed(s.getAction))
 	s.mux.HandleFunc("POST /webhooks/zendesk", s.webhook)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

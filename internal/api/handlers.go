@@ -254,6 +254,41 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"proposal_id": p.ID, "state": supportflow.DraftRejected})
 }
 
+// RetryStarted answers POST /proposals/{id}/retry.
+type RetryStarted struct {
+	ProposalID string `json:"proposal_id"`
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	// Joined is true when a retry (or the execution) was already running.
+	Joined bool `json:"joined"`
+	// ActionURL is where the action's ledger row shows the outcome.
+	ActionURL string `json:"action_url"`
+}
+
+// retry runs an approved proposal whose execution failed again, with the
+// same action keys: what landed (a cancellation, the private note) is
+// skipped, the rest runs, the reply last. 202 with the execution; 404 for
+// an unknown proposal; 409 when it was never approved, is still running,
+// or has nothing left to do.
+func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.proposal(w, r)
+	if !ok {
+		return
+	}
+	e, err := s.starter.Retry(r.Context(), s.ledger, p.ID)
+	if err != nil {
+		if errors.Is(err, starter.ErrNotRetryable) || errors.Is(err, supportflow.ErrInvalidInput) {
+			problem(w, http.StatusConflict, "nothing-to-retry", "Nothing to retry", err.Error())
+			return
+		}
+		s.internal(w, r, err)
+		return
+	}
+	s.log.Info("retrying a failed proposal", "proposal_id", p.ID, "workflow_id", e.WorkflowID, "joined", e.Joined)
+	writeJSON(w, http.StatusAccepted, RetryStarted{ProposalID: p.ID, WorkflowID: e.WorkflowID, RunID: e.RunID, Joined: e.Joined,
+		ActionURL: "/actions/" + supportflow.ActionKey(p.ID, 0)})
+}
+
 // ActionView is GET /actions/{key}.
 type ActionView struct {
 	Key           string             `json:"key"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -69,6 +70,36 @@ func redrive(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer)
 		}
 		fmt.Fprintf(out, "re-drive of ticket %d requested: workflow %s looks it up now\n", ticket, supportflow.EnrichWorkflowID(ticket))
 		return nil
+	})
+}
+
+func retry(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: retry takes one PROPOSAL_ID", errUsage)
+	}
+	if err := supportflow.ValidateProposalID(args[0]); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
+	if dbURL == "" || account == "" {
+		return fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+	return withStarter(ctx, func(s *starter.Starter) error {
+		e, err := s.Retry(ctx, ledger.New(pool, account), args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "retrying proposal %s: workflow %s (run %s)\n", args[0], e.WorkflowID, e.RunID)
+		statuses, err := s.WaitExecution(ctx, args[0])
+		if perr := printJSON(out, statuses); perr != nil {
+			return perr
+		}
+		return err
 	})
 }
 

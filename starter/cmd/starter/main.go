@@ -10,6 +10,7 @@
 //	starter approve TICKET PROPOSAL_ID [--by NAME]     approve the draft's current proposal
 //	starter reject TICKET PROPOSAL_ID [--by NAME] [--reason TEXT]
 //	                                                   reject the draft's current proposal
+//	starter retry PROPOSAL_ID                          run a failed approved proposal again (same keys)
 //
 // Enrichment (workflow enrich/{TICKET}):
 //
@@ -93,6 +94,9 @@ var commands = []command{
 			fs.String("by", "", "who rejects, recorded on the proposal (1-200 characters)")
 			fs.String("reason", "", "why, recorded as the draft's error (1-1000 characters)")
 		}},
+	{name: "retry", args: "PROPOSAL_ID", help: "run an approved proposal whose execution failed again, with the same action keys, and wait for it",
+		detail: "What landed (a cancellation, the agents' note) is skipped; the rest runs, the reply last.\n" +
+			"Reads the proposal from PostgreSQL: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set.", run: retry},
 	{name: "ticket-event", args: "TICKET --kind created|updated [--requester ID] [--customer-activity]", help: "record a ticket event for the ticket's enrichment (signal-with-start)",
 		detail: "The event is dated now. With --customer-activity the ticket's running draft, if any, is also told\n" +
 			"and supersedes its proposal. A re-drive of a dead-lettered ticket is redrive-enrichment.",

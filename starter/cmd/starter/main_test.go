@@ -44,7 +44,7 @@ func TestHelp_ListsEveryCommandAndEachHasItsOwn(t *testing.T) {
 // one-line help, in the table's order; the package doc names each too.
 func TestHelp_ListsEachCommandWithItsOneLineHelp(t *testing.T) {
 	want := []string{
-		"draft-start", "draft-status", "approve", "reject",
+		"draft-start", "draft-status", "approve", "reject", "retry",
 		"ticket-event", "redrive-enrichment", "enrichment-status", "parity", "reconcile",
 		"evaluate", "evaluation-status", "ensure-schedules",
 	}
@@ -99,6 +99,10 @@ func TestBadInput_IsAUsageError(t *testing.T) {
 		{"enrichment-status", "1", "2"},
 		{"parity"},
 		{"parity", "--legacy-table", "x; DROP TABLE action"},
+		{"retry"},
+		{"retry", "p1", "p2"},
+		{"retry", "../etc"},
+		{"reconcile", "now"},
 
 		{"draft-start"},
 		{"draft-start", "abc"},
