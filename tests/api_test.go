@@ -275,6 +275,8 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	})
 	s.waitState(approved.ID, supportflow.DraftDone)
 	s.waitState(expired.ID, supportflow.DraftExpired)
+	s.recordHistory(supportflow.DraftWorkflowID(expired.ID), "", "draft_reply_expired")
+	s.recordHistory(supportflow.DraftWorkflowID(approved.ID), "", "draft_reply_reply_last_done")
 	time.Sleep(500 * time.Millisecond) // let the last proposal-state writes land
 	waitCtx, cancelWait := context.WithTimeout(context.Background(), waitBudget)
 	defer cancelWait()
@@ -418,6 +420,7 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/approve", apiToken, nil, nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
 	s.waitState(tk.ID, supportflow.DraftFailed)
+	s.recordHistory(supportflow.DraftWorkflowID(tk.ID), "", "draft_reply_execution_failed")
 	comments := s.zd.Comments(tk.ID)
 	require.Len(t, comments, 1, "no reply, one note")
 	assert.False(t, comments[0].Public)
@@ -441,6 +444,7 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	require.Len(t, comments, 2, "the note, then the reply")
 	assert.True(t, comments[1].Public)
 	assert.Equal(t, 1, s.subs.Cancellations("sub-r"))
+	s.recordHistory(supportflow.ExecuteWorkflowID(st.Proposal.ID), "", "execute_proposal_retried_applied")
 
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
 	assert.Equal(t, http.StatusConflict, code, "%s", resp)

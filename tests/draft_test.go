@@ -85,6 +85,13 @@ func (s *stack) recordHistory(workflowID, runID, name string) {
 		return
 	}
 	ctx := ctxT(s.t)
+	// A closed run's history is whole; give the run a moment to close.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		d, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, runID)
+		if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			break
+		}
+	}
 	it := s.temporal.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var h historypb.History
 	for it.HasNext() {

@@ -195,6 +195,7 @@ func TestExecution_ReplyOnlyAfterCancellations(t *testing.T) {
 	assert.Contains(t, comments[0].Body, "did not send the approved reply")
 	assert.Contains(t, comments[0].Body, "sub-unknown")
 	assert.Equal(t, supportflow.StateFailed, s.action("refused:0").State)
+	s.recordHistory(supportflow.ExecuteWorkflowID("refused"), "", "execute_proposal_cancellation_refused_note")
 }
 
 // Many approvals of one proposal at once, plus one while it runs: one

@@ -48,6 +48,9 @@ func TestExecution_LateAppliedWriteDoesNotDuplicate(t *testing.T) {
 			if assert.NoError(t, err, id) {
 				assert.Equal(t, supportflow.StateApplied, statuses[0].State, id)
 			}
+			if i == 1 {
+				s.recordHistory(supportflow.ExecuteWorkflowID(id), "", "execute_proposal_late_write_refused")
+			}
 		}()
 	}
 	wg.Wait()
@@ -120,6 +123,7 @@ func TestExecution_LeaseWaitDoesNotSpendBudget(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, attempts, "the first attempt, then one that waited for its lease")
+	s.recordHistory(supportflow.ExecuteWorkflowID("lease-wait"), "", "execute_proposal_lease_wait")
 }
 
 // A cancellation whose answer is lost on every call: the next attempt
@@ -143,4 +147,5 @@ func TestExecution_LostCancelAnswerIsNotFailed(t *testing.T) {
 	assert.Equal(t, "cancelled", a.Cancellations[0].State)
 	assert.Equal(t, 1, s.subs.Cancellations("sub-lost"))
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-lost"), "the status was read, not the call repeated")
+	s.recordHistory(supportflow.ExecuteWorkflowID("lost-cancel"), "", "execute_proposal_lost_cancel_answer")
 }

@@ -32,6 +32,7 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 		p, err := s.ledger.GetProposal(ctx, st.Proposal.ID)
 		return err == nil && p.State == supportflow.DraftRejected && p.DecidedBy == "bo"
 	}, 10*time.Second, 20*time.Millisecond)
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_rejected")
 	require.ErrorIs(t, s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: st.Proposal.ID}), starter.ErrStaleProposal, "a closed draft")
 
 	const never = int64(99999)
