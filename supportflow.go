@@ -162,6 +162,10 @@ const (
 	StateApplied        = "applied"
 	StatePartialFailure = "partial_failure"
 	StateFailed         = "failed"
+	// StateNeedsAttention: a cancellation was refused for good, so the
+	// reply (which would have promised it) was held back; a private note
+	// tells the agents, and the ticket is drafted again.
+	StateNeedsAttention = "needs_attention"
 )
 
 // ActionStatus is the state of one action as the workflow last saw it.

@@ -358,6 +358,9 @@ type SettleInput struct {
 	TicketID   int64  `json:"ticket_id"`
 	HasComment bool   `json:"has_comment"`
 	Error      string `json:"error"`
+	// HeldBack says the reply was held back because a cancellation was
+	// refused for good: the action ends needs_attention.
+	HeldBack bool `json:"held_back,omitempty"`
 }
 
 // SettleAction makes an action's failure terminal once the workflow has
@@ -389,9 +392,12 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 	} else if !errors.Is(err, ledger.ErrNotFound) {
 		return "", err
 	}
-	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000), resolved)
+	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000), resolved, in.HeldBack)
 	if err != nil {
 		return "", reserveError(err)
+	}
+	if state == supportflow.StateNeedsAttention {
+		a.Metrics.ActionLeg("zendesk", "needs_attention")
 	}
 	return state, nil
 }

@@ -397,7 +397,10 @@ WHERE c.action_id = a.id AND c.subscription_id = $3
 // (true: cancelled); it is applied first, so a lost answer is never
 // settled as a failure. A row still unknown without a resolution keeps
 // the action from settling (ErrUnresolved).
-func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string, resolved map[string]bool) (string, error) {
+//
+// heldBack says the reply was held back because a cancellation was
+// refused for good: the action ends 'needs_attention' instead.
+func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string, resolved map[string]bool, heldBack bool) (string, error) {
 	proposalID, index, err := supportflow.ParseActionKey(key)
 	if err != nil {
 		return "", err
@@ -421,7 +424,7 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, key).Scan(&i
 			return err
 		}
 		switch state {
-		case supportflow.StateApplied, supportflow.StateFailed, supportflow.StatePartialFailure:
+		case supportflow.StateApplied, supportflow.StateFailed, supportflow.StatePartialFailure, supportflow.StateNeedsAttention:
 			return nil
 		}
 		if remaining != nil {
@@ -458,12 +461,13 @@ settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(
 		}
 		return tx.QueryRow(ctx, `
 UPDATE action SET
-  state = CASE WHEN zendesk_comment_id IS NOT NULL
+  state = CASE WHEN $3 AND zendesk_comment_id IS NULL THEN 'needs_attention'
+               WHEN zendesk_comment_id IS NOT NULL
                  OR EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'cancelled')
                THEN 'partial_failure' ELSE 'failed' END,
   last_error = COALESCE(NULLIF($2, ''), last_error),
   lease_expires_at = NULL, settled_at = now(), updated_at = now()
-WHERE id = $1 RETURNING state`, id, errMsg).Scan(&state)
+WHERE id = $1 RETURNING state`, id, errMsg, heldBack).Scan(&state)
 	})
 	if err != nil {
 		return "", fmt.Errorf("ledger: settle %s: %w", key, err)

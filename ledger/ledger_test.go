@@ -178,7 +178,7 @@ func TestAppliedDeduplicates_PartialFailureRerunsOnlyWhatIsLeft(t *testing.T) {
 	require.True(t, won)
 	_, _, err = l.Finish(ctx, r2.ID, "A2", "subscription sub-b refused")
 	require.NoError(t, err)
-	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "subscription sub-b refused", nil)
+	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "subscription sub-b refused", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, state)
 
@@ -247,11 +247,11 @@ func TestSettleFailed(t *testing.T) {
 	// Nothing landed: failed.
 	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute))
 	require.NoError(t, err)
-	_, err = l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404", nil)
+	_, err = l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404", nil, false)
 	require.ErrorIs(t, err, ledger.ErrLeaseHeld, "a live claimant is never settled under its feet")
 	_, _, err = l.Finish(ctx, r.ID, "A", "HTTP 404: ticket not found")
 	require.NoError(t, err)
-	state, err := l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404: ticket not found", nil)
+	state, err := l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404: ticket not found", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 	a, err := l.Get(ctx, "p1:0")
@@ -260,13 +260,13 @@ func TestSettleFailed(t *testing.T) {
 	assert.NotNil(t, a.SettledAt)
 
 	// Settling again is a no-op that reports the terminal state.
-	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "other", nil)
+	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "other", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 
 	// Never reserved (the first attempt failed before its claim): a row
 	// still records the failure.
-	state, err = l.SettleFailed(ctx, "p2:3", 43, false, "deadline exceeded", nil)
+	state, err = l.SettleFailed(ctx, "p2:3", 43, false, "deadline exceeded", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 	a, err = l.Get(ctx, "p2:3")

@@ -147,7 +147,7 @@ func TestExecution_ReapproveAfterPartialFailure(t *testing.T) {
 	s.approve(p)
 	_, err := s.wait("partial")
 	require.Error(t, err)
-	assert.Equal(t, supportflow.StatePartialFailure, s.action("partial:0").State)
+	assert.Equal(t, supportflow.StateNeedsAttention, s.action("partial:0").State)
 	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
 	assert.Equal(t, 0, s.subs.Cancellations("sub-2"))
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-2"), "a 422 is not retried")
@@ -194,7 +194,7 @@ func TestExecution_ReplyOnlyAfterCancellations(t *testing.T) {
 	assert.False(t, comments[0].Public)
 	assert.Contains(t, comments[0].Body, "did not send the approved reply")
 	assert.Contains(t, comments[0].Body, "sub-unknown")
-	assert.Equal(t, supportflow.StateFailed, s.action("refused:0").State)
+	assert.Equal(t, supportflow.StateNeedsAttention, s.action("refused:0").State)
 	s.recordHistory(supportflow.ExecuteWorkflowID("refused"), "", "execute_proposal_cancellation_refused_note")
 }
 

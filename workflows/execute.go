@@ -159,7 +159,8 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
 			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
 		}
-		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, HasComment: act.Comment != nil, Error: st.Error}
+		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, HasComment: act.Comment != nil, Error: st.Error,
+			HeldBack: cancelFailed && act.Comment != nil}
 		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
 			return statuses, err
 		}
@@ -178,12 +179,20 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			if err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil); err != nil {
 				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
 			}
+			if state == supportflow.StateNeedsAttention && workflow.GetVersion(ctx, versionNeedsAttentionAttr, workflow.DefaultVersion, 1) == 1 {
+				// Operators find these in the Web UI: SupportflowState = needs_attention.
+				_ = workflow.UpsertTypedSearchAttributes(ctx, stateKey.ValueSet(supportflow.StateNeedsAttention))
+			}
 		}
 		return statuses, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
 	}
 	return statuses, nil
 }
+
+// versionNeedsAttentionAttr marks the search attribute an execution
+// sets when it ends needs_attention.
+const versionNeedsAttentionAttr = "execute-needs-attention-attr"
 
 // versionReplyLast marks the truthful order: cancellations, then the reply.
 const versionReplyLast = "execute-reply-last"

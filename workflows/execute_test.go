@@ -285,7 +285,10 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	assert.Equal(t, supportflow.StatePending, statuses[1].State)
 }
 
-func TestExecuteProposal_PermanentlyFailingCancellationEndsPartialFailure(t *testing.T) {
+// A cancellation refused for good: the other is still cancelled, the reply
+// (which would promise both) is held back, one private note tells the
+// agents, and the action ends needs_attention.
+func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing.T) {
 	env := newEnv(t)
 	r := newReal(t, env)
 	ticket := r.Zendesk.AddTicket(standin.Ticket{Subject: "Cancel both"})
@@ -299,13 +302,15 @@ func TestExecuteProposal_PermanentlyFailingCancellationEndsPartialFailure(t *tes
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
-	assert.Equal(t, 1, r.Zendesk.CommentCount(ticket), "the comment landed once")
+	comments := r.Zendesk.Comments(ticket)
+	require.Len(t, comments, 1, "no reply; one note")
+	assert.False(t, comments[0].Public)
 	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-ok"), "the other subscription was still cancelled")
 	assert.Equal(t, 1, r.Subscriptions.CancelCalls("sub-gone"), "a permanent refusal is not retried")
 
 	a, err := r.Ledger.Get(context.Background(), "p-partial:0")
 	require.NoError(t, err)
-	assert.Equal(t, supportflow.StatePartialFailure, a.State)
+	assert.Equal(t, supportflow.StateNeedsAttention, a.State)
 	require.Len(t, a.Cancellations, 2)
 	assert.Equal(t, "failed", a.Cancellations[0].State)
 	assert.Contains(t, a.Cancellations[0].LastError, "404")
