@@ -39,6 +39,11 @@ type DraftRequest struct {
 	Supersedes string `json:"supersedes,omitempty"`
 	// Generation counts the drafts of this workflow ID's chain of runs.
 	Generation int `json:"generation,omitempty"`
+	// Outcome says what became of the previous approved proposal when it
+	// could not be carried out (a cancellation refused, so its reply was
+	// held back). The new draft is written knowing it, so the customer is
+	// still answered truthfully.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Validate checks a draft request before anything is started.

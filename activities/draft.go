@@ -108,6 +108,9 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 type GenerateInput struct {
 	ProposalID string        `json:"proposal_id"`
 	Ticket     TicketContext `json:"ticket"`
+	// Outcome, when set, says why the previous approved reply was not
+	// sent; the model is told, so the new reply is truthful.
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // draftAnswer is the JSON object the model must answer.
@@ -123,7 +126,9 @@ Write the next public reply to the customer on the ticket given as JSON.
 Answer with one JSON object and nothing else:
 {"reply": "<the reply, plain text>", "cancel_subscriptions": ["<subscription id>", ...]}
 Only list a subscription when the customer clearly asked to cancel it, and only
-ids from "active_subscriptions". Never promise anything you cannot do.`
+ids from "active_subscriptions". Never promise anything you cannot do.
+When "previous_attempt" is present, an earlier approved reply was not sent for
+the reason it gives: say truthfully what was and was not done.`
 
 // promptTicket is the user message: the conversation and the customer's
 // commerce data.
@@ -134,6 +139,7 @@ type promptTicket struct {
 	Comments            []promptComment `json:"comments"`
 	ActiveSubscriptions []string        `json:"active_subscriptions"`
 	LifetimeOrders      *int64          `json:"lifetime_orders,omitempty"`
+	PreviousAttempt     string          `json:"previous_attempt,omitempty"`
 }
 
 type promptComment struct {
@@ -141,11 +147,13 @@ type promptComment struct {
 	Body   string `json:"body"`
 }
 
-// Messages builds the chat messages for a ticket.
-func Messages(t TicketContext) []model.Message {
+// Messages builds the chat messages for a ticket; outcome (may be empty)
+// says why the previous approved reply was not sent.
+func Messages(t TicketContext, outcome string) []model.Message {
 	pt := promptTicket{
 		TicketID: t.Conversation.TicketID, Subject: t.Conversation.Subject,
 		RequesterName: t.Conversation.RequesterName, ActiveSubscriptions: []string{},
+		PreviousAttempt: outcome,
 	}
 	for _, c := range t.Conversation.Comments {
 		pt.Comments = append(pt.Comments, promptComment{Author: c.Author, Body: c.Body})
@@ -182,7 +190,7 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	var content string
 	err := a.beating(ctx, p.details, nil, func(ctx context.Context) error {
 		var err error
-		content, err = a.Model.Complete(ctx, Messages(in.Ticket), func(n int) {
+		content, err = a.Model.Complete(ctx, Messages(in.Ticket, in.Outcome), func(n int) {
 			p.set(func(v *supportflow.DraftProgress) { v.Step, v.Tokens = "streaming", n })
 		})
 		return err

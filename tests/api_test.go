@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -413,24 +414,59 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
 	}, waitBudget, 50*time.Millisecond)
 
+	// The model proposes the cancellation; told that a previous reply was
+	// held back, it writes a truthful one without it.
+	var mu sync.Mutex
+	var outcomes []string
+	s.model.SetResponder(func(req standin.ChatRequest) string {
+		user := req.Messages[len(req.Messages)-1].Content
+		var pt struct {
+			PreviousAttempt string `json:"previous_attempt"`
+		}
+		_ = json.Unmarshal([]byte(user), &pt)
+		if pt.PreviousAttempt != "" {
+			mu.Lock()
+			outcomes = append(outcomes, pt.PreviousAttempt)
+			mu.Unlock()
+			return `{"reply": "We could not cancel your plan yet; an agent is on it.", "cancel_subscriptions": []}`
+		}
+		return `{"reply": "Your plan is cancelled.", "cancel_subscriptions": ["sub-r"]}`
+	})
 	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tk.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	st := s.waitState(tk.ID, supportflow.DraftAwaitingApproval)
 	require.Equal(t, []string{"sub-r"}, st.Proposal.CancelSubscriptions)
+	d, err := s.temporal.DescribeWorkflowExecution(ctxT(t), supportflow.DraftWorkflowID(tk.ID), "")
+	require.NoError(t, err)
+	firstRun := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/approve", apiToken, nil, nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
-	s.waitState(tk.ID, supportflow.DraftFailed)
-	s.recordHistory(supportflow.DraftWorkflowID(tk.ID), "", "draft_reply_execution_failed")
+	require.Eventually(t, func() bool {
+		p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+		return err == nil && p.State == supportflow.DraftFailed
+	}, waitBudget, 50*time.Millisecond, "the proposal's execution failed")
+	assert.Equal(t, supportflow.StateNeedsAttention, s.action(supportflow.ActionKey(st.Proposal.ID, 0)).State)
 	comments := s.zd.Comments(tk.ID)
 	require.Len(t, comments, 1, "no reply, one note")
 	assert.False(t, comments[0].Public)
+
+	// The ticket is drafted again, knowing what happened.
+	redraft := s.waitDraft(tk.ID, "redrafted", func(d supportflow.DraftStatus) bool {
+		return d.State == supportflow.DraftAwaitingApproval && d.Proposal != nil && d.Proposal.ID != st.Proposal.ID
+	})
+	assert.Empty(t, redraft.Proposal.CancelSubscriptions)
+	mu.Lock()
+	require.NotEmpty(t, outcomes)
+	assert.Contains(t, outcomes[0], "NOT sent")
+	mu.Unlock()
+	s.recordHistory(supportflow.DraftWorkflowID(tk.ID), firstRun, "draft_reply_needs_attention_redrafted")
 
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	var started api.RetryStarted
 	require.NoError(t, json.Unmarshal(resp, &started))
 	assert.Equal(t, supportflow.ExecuteWorkflowID(st.Proposal.ID), started.WorkflowID)
-	_, err := s.wait(st.Proposal.ID)
+	_, err = s.wait(st.Proposal.ID)
 	require.Error(t, err, "still refused: the retry fails the same way")
 	assert.Len(t, s.zd.Comments(tk.ID), 1, "the note is not repeated")
 

@@ -14,6 +14,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/text"
 )
 
 var (
@@ -260,7 +261,7 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 	dr.setState(ctx, supportflow.DraftDrafting)
 	var p supportflow.DraftProposal
 	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
-	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc}).Get(ctx, &p); err != nil {
+	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc, Outcome: dr.req.Outcome}).Get(ctx, &p); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	// The save is not cancelled by new customer activity: a cancelled
@@ -333,6 +334,31 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 	}
 }
 
+// versionRedraftAfterAttention marks the change that drafts a ticket again
+// when its approved reply was held back (needs_attention).
+const versionRedraftAfterAttention = "draft-redraft-after-attention"
+
+// heldBackOutcome describes an execution that ended needs_attention, from
+// the statuses its ActionFailed error carries; "" for any other failure.
+func heldBackOutcome(err error) string {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != supportflow.ErrTypeActionFailed || !app.HasDetails() {
+		return ""
+	}
+	var statuses []supportflow.ActionStatus
+	if app.Details(&statuses) != nil {
+		return ""
+	}
+	for _, st := range statuses {
+		if st.State == supportflow.StateNeedsAttention {
+			return fmt.Sprintf("The previous approved reply was NOT sent: cancelling the subscriptions failed (%s). "+
+				"Cancelled so far: %v. Do not say anything was cancelled that is not in that list; tell the customer "+
+				"what was and was not done.", text.Clip(st.Error, 500), st.Cancelled)
+		}
+	}
+	return ""
+}
+
 // versionStartChildFirst marks the change that starts the execution
 // before marking the proposal executing.
 const versionStartChildFirst = "draft-start-child-first"
@@ -382,6 +408,16 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		dr.markProposal(ctx, p.ID, supportflow.DraftFailed, "", dr.st.Error)
 		dr.setState(ctx, supportflow.DraftFailed)
 		dr.settle(ctx)
+		if outcome := heldBackOutcome(err); outcome != "" &&
+			workflow.GetVersion(ctx, versionRedraftAfterAttention, workflow.DefaultVersion, 1) == 1 {
+			// The reply was held back because a cancellation was refused:
+			// draft again, knowing it, so the customer is answered truthfully.
+			workflow.GetLogger(ctx).Info("the approved reply was held back; drafting again with the outcome", "proposal_id", p.ID)
+			return dr.st, workflow.NewContinueAsNewError(ctx, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
+				TicketID: dr.req.TicketID, Reason: "needs-attention", Supersedes: p.ID, Generation: dr.req.Generation + 1,
+				Outcome: outcome,
+			})
+		}
 		return dr.st, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("executing proposal %s failed: %s", p.ID, dr.st.Error), supportflow.ErrTypeActionFailed, err)
 	}
