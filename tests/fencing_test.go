@@ -149,3 +149,24 @@ func TestExecution_LostCancelAnswerIsNotFailed(t *testing.T) {
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-lost"), "the status was read, not the call repeated")
 	s.recordHistory(supportflow.ExecuteWorkflowID("lost-cancel"), "", "execute_proposal_lost_cancel_answer")
 }
+
+// Cancelling an execution (an operator, in the Web UI) settles its action:
+// the row does not stay 'applying' for ever.
+func TestExecution_CancelledExecutionIsSettled(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.startWorker()
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancelled execution"})
+	posting := arrived()
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: fmt.Sprintf("/api/v2/tickets/%d.json", ticket), Status: 503, RetryAfter: time.Minute, Arrived: posting, Times: -1})
+	s.approve(supportflow.Proposal{ID: "cancelled-exec", Actions: []supportflow.Action{reply(ticket, "Done.")}})
+	waitArrived(t, posting)
+	require.NoError(t, s.temporal.CancelWorkflow(ctxT(t), supportflow.ExecuteWorkflowID("cancelled-exec"), ""))
+	_, err := s.wait("cancelled-exec")
+	require.Error(t, err)
+	require.Eventually(t, func() bool {
+		return s.action("cancelled-exec:0").State == supportflow.StateFailed
+	}, waitBudget, 100*time.Millisecond, "the cancelled action was settled")
+	assert.Zero(t, s.zd.CommentCount(ticket))
+	s.recordHistory(supportflow.ExecuteWorkflowID("cancelled-exec"), "", "execute_proposal_cancelled_settled")
+}
