@@ -60,12 +60,13 @@ func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, star
 	return workflow.WithActivityOptions(ctx, opts)
 }
 
-// PostReplyDeadline is PostReply's start-to-close timeout: it may search
-// the ticket's audits and then post, each bounded by the Zendesk call
-// timeout, plus a margin for its ledger writes.
+// PostReplyDeadline is PostReply's start-to-close timeout: it reads the
+// ticket's stamp, may search its audits, and posts, each bounded by the
+// Zendesk call timeout, plus a margin for its ledger writes. (A 409 starts
+// the three again; an attempt that runs out is retried.)
 func PostReplyDeadline(d policy.Durations) time.Duration {
 	d = d.Fill()
-	return 2*d.ZendeskCallTimeout + d.DeadlineMargin
+	return 3*d.ZendeskCallTimeout + d.DeadlineMargin
 }
 
 // CancelSubscriptionsDeadline is CancelSubscriptions' start-to-close

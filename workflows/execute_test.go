@@ -110,8 +110,8 @@ func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 	// The product's deadlines, armed per attempt.
 	info := calls.infos[0]
 	assert.Equal(t, 60*time.Second, info.HeartbeatTimeout)
-	assert.InDelta(t, float64(75*time.Second), float64(info.Deadline.Sub(info.StartedTime)), float64(time.Second),
-		"start-to-close: two 30 s Zendesk calls + 15 s margin")
+	assert.InDelta(t, float64(105*time.Second), float64(info.Deadline.Sub(info.StartedTime)), float64(time.Second),
+		"start-to-close: three 30 s Zendesk calls (stamp, audit search, post) + 15 s margin")
 
 	var statuses []supportflow.ActionStatus
 	require.NoError(t, env.GetWorkflowResult(&statuses))
