@@ -23,9 +23,19 @@ var ErrAttemptOver = errors.New("the attempt is no longer live in Temporal")
 // the attempt up (a timed-out or cancelled attempt's context ends after its
 // next heartbeat), the work is cancelled and waited for, so a stale attempt
 // stops rather than running on unseen; the error then wraps ErrAttemptOver.
+//
+// The work ends a little before the attempt's deadline (WorkDeadline), so
+// an attempt that runs out of time fails with its own error, which the one
+// retry policy delays with jitter, rather than with the server's timeout,
+// which Temporal retries in lockstep.
 func Run(ctx context.Context, interval time.Duration, details func() any, onTick func(context.Context) error, work func(context.Context) error) error {
 	workCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if deadline, ok := ctx.Deadline(); ok {
+		var stop context.CancelFunc
+		workCtx, stop = context.WithDeadline(workCtx, WorkDeadline(time.Now(), deadline))
+		defer stop()
+	}
 	done := make(chan error, 1)
 	go func() { done <- work(workCtx) }()
 
@@ -51,4 +61,11 @@ func Run(ctx context.Context, interval time.Duration, details func() any, onTick
 			}
 		}
 	}
+}
+
+// WorkDeadline is when an attempt's work should stop, given now and the
+// attempt's deadline: a tenth of the time left before it (at most 5 s),
+// so the attempt can still report its own failure.
+func WorkDeadline(now, deadline time.Time) time.Time {
+	return deadline.Add(-max(0, min(deadline.Sub(now)/10, 5*time.Second)))
 }
