@@ -618,6 +618,13 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 	if n, err := strconv.Atoi(q.Get("page")); err == nil && n > 1 {
 		page = n
 	}
+	// Offset pagination stops at 10,000 records; past that Zendesk answers
+	// 400 and asks for cursor pagination.
+	// https://developer.zendesk.com/api-reference/introduction/pagination/
+	if (page-1)*perPage >= 10000 {
+		writeBadRequest(w, "Offset pagination is limited to 10000 records; use cursor pagination")
+		return
+	}
 
 	z.mu.Lock()
 	defer z.mu.Unlock()
