@@ -327,6 +327,13 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	}
 	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
 	a.Metrics.ActionLeg("cancellations", legOutcome(err))
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.NonRetryable() && app.Type() == supportflow.ErrTypeRejected {
+		// Temporal drops a failed activity's result: carry what was
+		// cancelled on the error, so the agents' note and the redraft say
+		// it truthfully.
+		return out, temporal.NewNonRetryableApplicationError(app.Error(), supportflow.ErrTypeRejected, errors.Unwrap(app), out)
+	}
 	return out, err
 }
 
@@ -384,10 +391,12 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
 			status, err := a.Subscriptions.Status(callCtx, c.SubscriptionID)
 			cancel()
-			if err != nil {
+			if err != nil && !isPermanent(err) {
 				return "", fmt.Errorf("subscription %s: its cancellation's answer was lost and its status cannot be read yet: %w", c.SubscriptionID, err)
 			}
-			resolved[c.SubscriptionID] = status == subscriptions.StatusCancelled
+			// A status the service refuses for good (the subscription is
+			// gone, 404) is not a cancellation of ours.
+			resolved[c.SubscriptionID] = err == nil && status == subscriptions.StatusCancelled
 		}
 	} else if !errors.Is(err, ledger.ErrNotFound) {
 		return "", err

@@ -119,6 +119,26 @@ FROM proposal WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).S
 	return p, nil
 }
 
+// NewerLiveProposal returns the ID of a proposal of the same ticket
+// saved after proposalID that is awaiting approval, executing or done
+// ("" when none): a redraft that has taken the old proposal's place.
+func (l *Ledger) NewerLiveProposal(ctx context.Context, ticketID int64, proposalID string) (string, error) {
+	var id string
+	err := l.db.QueryRow(ctx, `
+SELECT n.proposal_id FROM proposal n, proposal o
+WHERE o.account = $1 AND o.proposal_id = $3 AND n.account = $1 AND n.ticket_id = $2
+  AND n.proposal_id <> o.proposal_id AND n.created_at > o.created_at
+  AND n.state IN ('awaiting_approval', 'executing', 'done')
+ORDER BY n.created_at DESC LIMIT 1`, l.account, ticketID, proposalID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("ledger: newer proposals of ticket %d: %w", ticketID, err)
+	}
+	return id, nil
+}
+
 // CountProposals counts a ticket's proposals, for tests and operators.
 func (l *Ledger) CountProposals(ctx context.Context, ticketID int64) (int, error) {
 	var n int

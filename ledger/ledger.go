@@ -461,7 +461,9 @@ settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(
 		}
 		return tx.QueryRow(ctx, `
 UPDATE action SET
-  state = CASE WHEN $3 AND zendesk_comment_id IS NULL THEN 'needs_attention'
+  state = CASE WHEN $3 AND zendesk_comment_id IS NULL
+                    AND EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'failed')
+               THEN 'needs_attention'
                WHEN zendesk_comment_id IS NOT NULL
                  OR EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'cancelled')
                THEN 'partial_failure' ELSE 'failed' END,

@@ -48,13 +48,15 @@ var ErrNotRetryable = errors.New("starter: nothing to retry")
 type Proposals interface {
 	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
 	Get(ctx context.Context, key string) (ledger.Action, error)
+	NewerLiveProposal(ctx context.Context, ticketID int64, proposalID string) (string, error)
 }
 
 // Retry runs an approved proposal whose execution failed again, with the
 // same action keys, so what landed is skipped and the rest runs (the
 // reply last). It refuses with ErrNotRetryable a proposal that was never
-// approved, is still being applied, or is applied; an unknown proposal is
-// ledger.ErrNotFound.
+// approved, is still being applied, is applied, or has been redrafted (a
+// newer proposal of the ticket awaits approval or went out); an unknown
+// proposal is ledger.ErrNotFound.
 func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Execution, error) {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return Execution{}, err
@@ -65,6 +67,16 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Ex
 	}
 	if p.State != supportflow.DraftFailed && p.State != supportflow.DraftExecuting {
 		return Execution{}, fmt.Errorf("%w: proposal %s is %s; only an approved proposal whose execution failed can be retried", ErrNotRetryable, p.ID, p.State)
+	}
+	// A redraft (after a held-back reply, or new customer activity) has
+	// taken this proposal's place: running the old reply too would send
+	// the customer two answers.
+	newer, err := l.NewerLiveProposal(ctx, p.TicketID, p.ID)
+	if err != nil {
+		return Execution{}, err
+	}
+	if newer != "" {
+		return Execution{}, fmt.Errorf("%w: proposal %s has been redrafted as %s; approve or reject that one (a rejected redraft lets this one be retried)", ErrNotRetryable, p.ID, newer)
 	}
 	key := supportflow.ActionKey(p.ID, 0)
 	a, err := l.Get(ctx, key)

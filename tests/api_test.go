@@ -461,6 +461,20 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	mu.Unlock()
 	s.recordHistory(supportflow.DraftWorkflowID(tk.ID), firstRun, "draft_reply_needs_attention_redrafted")
 
+	// While the redraft awaits approval the old proposal cannot be retried:
+	// the customer would get both answers. Once the redraft is rejected, it
+	// can.
+	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
+	require.Equal(t, http.StatusConflict, code, "%s", resp)
+	assert.Contains(t, string(resp), redraft.Proposal.ID)
+	code, resp = c.do("POST", "/proposals/"+redraft.Proposal.ID+"/reject", apiToken, []byte(`{"reason":"retrying the first"}`), nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	s.waitState(tk.ID, supportflow.DraftRejected)
+	require.Eventually(t, func() bool {
+		p, err := s.ledger.GetProposal(context.Background(), redraft.Proposal.ID)
+		return err == nil && p.State == supportflow.DraftRejected
+	}, waitBudget, 50*time.Millisecond)
+
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/retry", apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	var started api.RetryStarted

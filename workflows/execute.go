@@ -125,6 +125,10 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			var r activities.CancelResult
 			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
 			err := workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
+			var app *temporal.ApplicationError
+			if err != nil && errors.As(err, &app) && app.HasDetails() {
+				_ = app.Details(&r) // a refusal carries what was cancelled
+			}
 			st.Cancelled = r.Cancelled
 			return err
 		}

@@ -305,6 +305,7 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	comments := r.Zendesk.Comments(ticket)
 	require.Len(t, comments, 1, "no reply; one note")
 	assert.False(t, comments[0].Public)
+	assert.Contains(t, comments[0].Body, "Cancelled: [sub-ok]", "the note says what was cancelled")
 	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-ok"), "the other subscription was still cancelled")
 	assert.Equal(t, 1, r.Subscriptions.CancelCalls("sub-gone"), "a permanent refusal is not retried")
 

@@ -178,9 +178,16 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 		if err := json.Unmarshal(body, &page); err != nil {
 			return Landed{}, false, &Error{Op: "list audits", Err: fmt.Errorf("unreadable answer: %w", err)}
 		}
-		for _, a := range page.Audits {
+		// Stop early only on a page that is all older than since and
+		// really newest-first: if Zendesk ignored sort_order, stopping at
+		// the first old audit would miss the key on a later page.
+		older, descending := 0, true
+		for i, a := range page.Audits {
+			if i > 0 && a.CreatedAt.After(page.Audits[i-1].CreatedAt) {
+				descending = false
+			}
 			if !since.IsZero() && a.CreatedAt.Before(since) {
-				return Landed{}, false, nil
+				older++
 			}
 			if metadataKey(a.Metadata) != actionKey {
 				continue
@@ -188,6 +195,9 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 			if l, ok := a.landed(); ok {
 				return l, true, nil
 			}
+		}
+		if descending && len(page.Audits) > 0 && older == len(page.Audits) {
+			return Landed{}, false, nil
 		}
 		if !page.Meta.HasMore || page.Meta.AfterCursor == "" || len(page.Audits) == 0 {
 			return Landed{}, false, nil
