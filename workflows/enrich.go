@@ -215,7 +215,7 @@ func contentNoteKey(ticketID int64, c bqlookup.Customer) string {
 
 // versionNoteOnChange marks the change that made live mode note each
 // distinct content once (contentNoteKey) instead of every lookup.
-const versionNoteOnChange = "enrich-note-only-on-change"
+const versionNoteOnChange = "enrich-note-by-content"
 
 // enrichDelays are the waits an enrichment run uses, recorded at its start.
 type enrichDelays struct {
