@@ -28,9 +28,9 @@ type Relay struct {
 	// Interval is how often the relay looks for due events when nothing
 	// wakes it; 0 means 2 s.
 	Interval time.Duration
-	// Lease is how long a claimed batch is left to its claimant; 0 means
-	// long enough for the whole batch at CallTimeout each, plus 30 s, so
-	// no other relay takes an event this one is still dispatching.
+	// Lease is how long a claimed event is left to its claimant; 0 means
+	// CallTimeout plus 10 s, so no other relay takes an event this one is
+	// still dispatching, and one that died is replaced soon.
 	Lease time.Duration
 	// CallTimeout bounds one dispatch; 0 means 10 s.
 	CallTimeout time.Duration
@@ -38,8 +38,10 @@ type Relay struct {
 	wake chan struct{}
 }
 
-// batch is how many events one claim takes.
-const batch = 10
+// batch is how many events one claim takes: one, so the claim's lease
+// covers a single dispatch and an event claimed by a relay that dies is
+// taken up by another within that lease.
+const batch = 1
 
 func (r *Relay) init() {
 	if r.wake == nil {
@@ -102,7 +104,7 @@ func (r *Relay) DispatchDue(ctx context.Context) (int, error) {
 	}
 	lease := r.Lease
 	if lease <= 0 {
-		lease = batch*(timeout+5*time.Second) + 30*time.Second
+		lease = batch * (timeout + 10*time.Second)
 	}
 	due, err := r.Store.ClaimDue(ctx, batch, lease)
 	if err != nil {
