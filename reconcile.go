@@ -13,9 +13,6 @@ const ReconcileScheduleID = "supportflow-reconcile-tickets"
 // progress, or a finished one's outcome.
 const ReconcileQuery = "reconcile"
 
-// ReconcileActivity is the activity type of one reconciliation pass.
-const ReconcileActivity = "ReconcileTickets"
-
 // ReconcileRequest starts a reconciliation. The zero value is the
 // scheduled run.
 type ReconcileRequest struct{}

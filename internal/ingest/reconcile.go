@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,16 +90,9 @@ type reconcileProgress struct {
 
 func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress *reconcileProgress) (supportflow.ReconcileResult, error) {
 	var res supportflow.ReconcileResult
-	cur, err := r.Store.Cursor(ctx)
-	if err != nil {
-		return res, err
-	}
 	start := r.BackfillFrom
 	if start.IsZero() {
-		start = time.Now().Add(-max(r.Backfill, 0))
-		if r.Backfill == 0 {
-			start = time.Now().Add(-24 * time.Hour)
-		}
+		start = time.Now().Add(-max(cmp.Or(r.Backfill, 24*time.Hour), 0))
 	}
 	// Zendesk refuses a start_time inside the most recent minute.
 	if latest := time.Now().Add(-time.Minute - time.Second); start.After(latest) {
@@ -127,7 +121,7 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 		return res, nil
 	}
 	defer release()
-	cur, err = r.Store.Cursor(ctx) // as the previous pass left it
+	cur, err := r.Store.Cursor(ctx) // as the previous pass left it
 	if err != nil {
 		return res, err
 	}
@@ -168,9 +162,6 @@ func (r *Reconciler) reconcile(ctx context.Context, workflowID string, progress 
 	}
 	acts := map[int64]*activityOf{}
 	eventsStart := cur.EventsStart
-	if eventsStart == 0 {
-		eventsStart = start.Unix()
-	}
 	eventsDone := false
 	seen := map[int64]bool{}
 	for ticketsDone && !eventsDone && res.Requests < budget {
@@ -309,15 +300,15 @@ func (a *activityOf) add(ev zendeskclient.TicketEventRow, me int64) {
 // lacks or holds older) is recorded as a ticket event.
 func (r *Reconciler) repairTicket(ctx context.Context, t zendeskclient.ExportedTicket, own bool) (Recorded, error) {
 	m := ledger.TicketMirror{TicketID: t.ID, Subject: t.Subject, Status: strings.ToLower(t.Status), RequesterID: t.RequesterID, UpdatedAt: t.UpdatedAt}
-	kind, at := supportflow.TicketUpdated, t.UpdatedAt
 	rowFor := func(mc ledger.MirrorChange) row {
+		// A ticket new to the mirror and barely touched since it was
+		// created is a new ticket to its enrichment.
 		if mc.Created && t.UpdatedAt.Sub(t.CreatedAt) < time.Minute {
-			kind, at = supportflow.TicketCreated, t.CreatedAt
+			return row{eventType: "reconcile.ticket", source: SourceReconcile, kind: supportflow.TicketCreated, at: t.CreatedAt, own: own}
 		}
-		return row{eventID: reconcileEventID(t.ID, "ticket", t.UpdatedAt), eventType: "reconcile.ticket",
-			source: SourceReconcile, kind: kind, at: at, own: own}
+		return row{eventType: "reconcile.ticket", source: SourceReconcile, kind: supportflow.TicketUpdated, at: t.UpdatedAt, own: own}
 	}
-	return r.recordIfNews(ctx, t.ID, t.RequesterID, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+	return r.recordIfNews(ctx, reconcileEventID(t.ID, "ticket", t.UpdatedAt), t.ID, t.RequesterID, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
 		mc, err := r.Ledger.ApplyTicketMirrorTx(ctx, tx, m)
 		mc.CustomerNews = false // comments are the event export's to judge
 		return mc, err
@@ -355,22 +346,20 @@ func (r *Reconciler) repairComments(ctx context.Context, ticketID int64, a *acti
 	}
 	own := a.ownOnly
 	rowFor := func(ledger.MirrorChange) row {
-		return row{eventID: reconcileEventID(ticketID, "comment", newest), eventType: "reconcile.comment",
-			source: SourceReconcile, kind: supportflow.TicketUpdated, at: newest, own: own}
+		return row{eventType: "reconcile.comment", source: SourceReconcile, kind: supportflow.TicketUpdated, at: newest, own: own}
 	}
-	return r.recordIfNews(ctx, ticketID, requester, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+	return r.recordIfNews(ctx, reconcileEventID(ticketID, "comment", newest), ticketID, requester, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
 		return r.Ledger.AdvanceCommentsTx(ctx, tx, ticketID, a.customerAt, a.agentAt)
 	}, func(mc ledger.MirrorChange) bool { return mc.CommentNews })
 }
 
 // recordIfNews applies a mirror change and, when news says it was news,
-// records its ticket event in the same transaction; otherwise the
-// transaction still commits the (harmless, newest-wins) mirror write and
-// no event is recorded.
-func (r *Reconciler) recordIfNews(ctx context.Context, ticketID, requesterID int64, rowFor func(ledger.MirrorChange) row,
+// records its ticket event (eventID) in the same transaction; otherwise the
+// transaction is rolled back and no event is recorded.
+func (r *Reconciler) recordIfNews(ctx context.Context, eventID string, ticketID, requesterID int64, rowFor func(ledger.MirrorChange) row,
 	mirror func(pgx.Tx) (ledger.MirrorChange, error), news func(ledger.MirrorChange) bool) (Recorded, error) {
 	var change ledger.MirrorChange
-	rec, err := r.Store.record(ctx, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+	rec, err := r.Store.record(ctx, eventID, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
 		mc, err := mirror(tx)
 		change = mc
 		if err == nil && !news(mc) {

@@ -43,12 +43,6 @@ type Relay struct {
 // taken up by another within that lease.
 const batch = 1
 
-func (r *Relay) init() {
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-}
-
 // Wake makes a running relay look for due events now.
 func (r *Relay) Wake() {
 	if r == nil {
@@ -62,14 +56,11 @@ func (r *Relay) Wake() {
 
 // NewRelay returns a relay ready for Run and Wake.
 func NewRelay(store *Store, d Dispatcher, logger *slog.Logger) *Relay {
-	r := &Relay{Store: store, Dispatch: d, Logger: logger}
-	r.init()
-	return r
+	return &Relay{Store: store, Dispatch: d, Logger: logger, wake: make(chan struct{}, 1)}
 }
 
 // Run dispatches due events until ctx ends.
 func (r *Relay) Run(ctx context.Context) {
-	r.init()
 	interval := r.Interval
 	if interval <= 0 {
 		interval = 2 * time.Second

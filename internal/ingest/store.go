@@ -74,27 +74,25 @@ func (s *Store) RecordWebhook(ctx context.Context, c TicketChange, ownUserID int
 			m.LastCustomerCommentAt = c.UpdatedAt
 		}
 	}
-	r := row{eventID: c.EventID, eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: c.ActorID, own: own}
-	return s.record(ctx, func(ledger.MirrorChange) row { return r }, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+	r := row{eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: c.ActorID, own: own}
+	return s.record(ctx, c.EventID, func(ledger.MirrorChange) row { return r }, func(tx pgx.Tx) (ledger.MirrorChange, error) {
 		return s.ledger.ApplyTicketMirrorTx(ctx, tx, m)
 	}, c.TicketID, c.RequesterID)
 }
 
 // row is a ticket_event row before the mirror decided the rest.
 type row struct {
-	eventID, eventType, source, kind string
-	at                               time.Time
-	actorID                          int64
-	own                              bool
+	eventType, source, kind string
+	at                      time.Time
+	actorID                 int64
+	own                     bool
 }
 
-// record runs mirror inside a transaction and records the event row that
-// rowFor derives from the mirror's change; the row's event ID must not
-// depend on the change (it is checked first, so a known event changes
-// nothing).
-func (s *Store) record(ctx context.Context, rowFor func(ledger.MirrorChange) row, mirror func(pgx.Tx) (ledger.MirrorChange, error), ticketID, requesterID int64) (Recorded, error) {
+// record runs mirror inside a transaction and records event eventID with
+// the row that rowFor derives from the mirror's change. The ID is checked
+// first, so a known event changes nothing.
+func (s *Store) record(ctx context.Context, eventID string, rowFor func(ledger.MirrorChange) row, mirror func(pgx.Tx) (ledger.MirrorChange, error), ticketID, requesterID int64) (Recorded, error) {
 	var rec Recorded
-	eventID := rowFor(ledger.MirrorChange{}).eventID
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ticket_event WHERE account = $1 AND event_id = $2)`,
@@ -129,7 +127,7 @@ INSERT INTO ticket_event (account, event_id, ticket_id, event_type, source, occu
                           own_write, customer_activity, mirrored, dispatched_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, CASE WHEN $13 THEN NULL ELSE now() END)
 ON CONFLICT (account, event_id) DO NOTHING`,
-			s.account, r.eventID, ticketID, text.Clip(r.eventType, 200), r.source, r.at, r.kind, requester, actor,
+			s.account, eventID, ticketID, text.Clip(r.eventType, 200), r.source, r.at, r.kind, requester, actor,
 			r.own, rec.Event.CustomerActivity, mc.Wrote, rec.Dispatch)
 		if err != nil {
 			return fmt.Errorf("ingest: record event: %w", err)
@@ -200,13 +198,6 @@ WHERE account = $1 AND event_id = $2 AND dispatched_at IS NULL`, s.account, even
 		return fmt.Errorf("ingest: postpone dispatch: %w", err)
 	}
 	return nil
-}
-
-// Undispatched counts events recorded but not yet handed to Temporal.
-func (s *Store) Undispatched(ctx context.Context) (int, error) {
-	var n int
-	err := s.db.QueryRow(ctx, `SELECT count(*) FROM ticket_event WHERE account = $1 AND dispatched_at IS NULL AND NOT own_write`, s.account).Scan(&n)
-	return n, err
 }
 
 // ExportCursor is where the reconciler resumes Zendesk's incremental
@@ -296,13 +287,6 @@ VALUES ($1, $2, $3, $4, $5, $6)`, s.account, workflowID, ticketsRead, eventsRead
 		return fmt.Errorf("ingest: record reconcile run: %w", err)
 	}
 	return nil
-}
-
-// TotalRepaired sums the repairs of every recorded reconciliation.
-func (s *Store) TotalRepaired(ctx context.Context) (int, error) {
-	var n int
-	err := s.db.QueryRow(ctx, `SELECT COALESCE(sum(repaired), 0) FROM reconcile_run WHERE account = $1`, s.account).Scan(&n)
-	return n, err
 }
 
 // Prune deletes this account's ticket events older than cutoff that have
