@@ -85,10 +85,8 @@ type Cancellation struct {
 //
 // Any failure is an *Error.
 func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (Cancellation, error) {
-	if subscriptionID == "" || subscriptionID == "." || subscriptionID == ".." {
-		// PathEscape leaves dots alone, and a dot segment would address a
-		// different resource.
-		return Cancellation{}, &Error{Code: "invalid_argument", Message: fmt.Sprintf("invalid subscription ID %q", subscriptionID), permanent: true}
+	if err := checkID(subscriptionID); err != nil {
+		return Cancellation{}, err
 	}
 	// PathEscape also escapes "/", so an ID always stays one path segment.
 	u := c.baseURL + "/v1/subscriptions/" + url.PathEscape(subscriptionID) + "/cancel"
@@ -142,10 +140,16 @@ func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey stri
 		return Cancellation{AlreadyCancelled: true, CancelledAt: cancelledAt}, nil
 	}
 
-	e := &Error{Status: resp.StatusCode, Code: payload.Error, Message: payload.Message}
+	return Cancellation{}, c.responseError(resp, body, readErr, decodeErr, payload.Error, payload.Message)
+}
+
+// responseError is the *Error of an answer that is not a success: the
+// service's code and message when its body is in the service's format,
+// else a short excerpt (a proxy, a load balancer); the Retry-After of a
+// 429 or 503.
+func (c *Client) responseError(resp *http.Response, body []byte, readErr, decodeErr error, code, message string) *Error {
+	e := &Error{Status: resp.StatusCode, Code: code, Message: message}
 	if decodeErr != nil || (e.Code == "" && e.Message == "") {
-		// Not our service's error format (a proxy, a load balancer): keep a
-		// short excerpt so the cause is still visible.
 		e.Code = ""
 		e.Message = excerpt(body)
 		if readErr != nil {
@@ -156,7 +160,16 @@ func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey stri
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		e.RetryAfter = httpretry.RetryAfter(resp.Header, time.Now())
 	}
-	return Cancellation{}, e
+	return e
+}
+
+// checkID refuses an ID that cannot be one path segment: PathEscape
+// leaves dots alone, and a dot segment would address another resource.
+func checkID(subscriptionID string) error {
+	if subscriptionID == "" || subscriptionID == "." || subscriptionID == ".." {
+		return &Error{Code: "invalid_argument", Message: fmt.Sprintf("invalid subscription ID %q", subscriptionID), permanent: true}
+	}
+	return nil
 }
 
 // transportError wraps an error from http.Client.Do.
@@ -289,8 +302,8 @@ const (
 // caller whose cancel call lost its answer learns whether it landed.
 // Any failure is an *Error.
 func (c *Client) Status(ctx context.Context, subscriptionID string) (string, error) {
-	if subscriptionID == "" || subscriptionID == "." || subscriptionID == ".." {
-		return "", &Error{Code: "invalid_argument", Message: fmt.Sprintf("invalid subscription ID %q", subscriptionID), permanent: true}
+	if err := checkID(subscriptionID); err != nil {
+		return "", err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/subscriptions/"+url.PathEscape(subscriptionID), nil)
 	if err != nil {
@@ -300,11 +313,10 @@ func (c *Client) Status(ctx context.Context, subscriptionID string) (string, err
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		e := c.transportError(err, false)
-		return "", e
+		return "", c.transportError(err, false)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	var payload struct {
 		Status  string `json:"status"`
 		Error   string `json:"error"`
@@ -314,12 +326,5 @@ func (c *Client) Status(ctx context.Context, subscriptionID string) (string, err
 	if resp.StatusCode == http.StatusOK && decodeErr == nil && payload.Status != "" {
 		return payload.Status, nil
 	}
-	e := &Error{Status: resp.StatusCode, Code: payload.Error, Message: c.redact(payload.Message)}
-	if decodeErr != nil || (e.Code == "" && e.Message == "") {
-		e.Message = c.redact(excerpt(body))
-	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		e.RetryAfter = httpretry.RetryAfter(resp.Header, time.Now())
-	}
-	return "", e
+	return "", c.responseError(resp, body, readErr, decodeErr, payload.Error, payload.Message)
 }
