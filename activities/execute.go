@@ -248,13 +248,11 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		// before calling again, and record what it says.
 		for _, sub := range res.Unknown {
 			p.set(func(p *Progress) { p.Step = "reading the status of " + sub })
-			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
-			status, err := a.Subscriptions.Status(callCtx, sub)
-			cancel()
+			isCancelled, err := a.cancelledAtService(ctx, sub)
 			if err != nil {
 				return fmt.Errorf("subscription %s: status after a lost answer: %w", sub, err)
 			}
-			if status != subscriptions.StatusCancelled {
+			if !isCancelled {
 				continue // not cancelled: called again below
 			}
 			won, err := a.Ledger.RecordCancellation(context.WithoutCancel(ctx), res.ID, claimant, sub,
@@ -359,6 +357,15 @@ func ordered(all, subset []string) []string {
 	return out
 }
 
+// cancelledAtService reads whether the subscription service has the
+// subscription cancelled: how a lost answer is resolved.
+func (a *Activities) cancelledAtService(ctx context.Context, subscriptionID string) (bool, error) {
+	callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
+	defer cancel()
+	status, err := a.Subscriptions.Status(callCtx, subscriptionID)
+	return err == nil && status == subscriptions.StatusCancelled, err
+}
+
 // SettleInput names an action whose last attempt failed.
 type SettleInput struct {
 	Key        string `json:"key"`
@@ -388,15 +395,13 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 			if c.State != "unknown" {
 				continue
 			}
-			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
-			status, err := a.Subscriptions.Status(callCtx, c.SubscriptionID)
-			cancel()
+			isCancelled, err := a.cancelledAtService(ctx, c.SubscriptionID)
 			if err != nil && !isPermanent(err) {
 				return "", fmt.Errorf("subscription %s: its cancellation's answer was lost and its status cannot be read yet: %w", c.SubscriptionID, err)
 			}
 			// A status the service refuses for good (the subscription is
 			// gone, 404) is not a cancellation of ours.
-			resolved[c.SubscriptionID] = err == nil && status == subscriptions.StatusCancelled
+			resolved[c.SubscriptionID] = err == nil && isCancelled
 		}
 	} else if !errors.Is(err, ledger.ErrNotFound) {
 		return "", err

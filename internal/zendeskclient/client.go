@@ -97,17 +97,17 @@ type Stamp string
 
 // TicketStamp reads the ticket's updated_at, for a safe update.
 func (c *Client) TicketStamp(ctx context.Context, ticketID int64) (Stamp, error) {
-	body, err := c.api.Get(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json")
-	if err != nil {
-		return "", classify(ctx, "show ticket "+strconv.FormatInt(ticketID, 10), err, false)
-	}
+	op := "show ticket " + strconv.FormatInt(ticketID, 10)
 	var resp struct {
 		Ticket struct {
 			UpdatedAt string `json:"updated_at"`
 		} `json:"ticket"`
 	}
-	if err := json.Unmarshal(body, &resp); err != nil || resp.Ticket.UpdatedAt == "" {
-		return "", &Error{Op: "show ticket", Err: fmt.Errorf("no updated_at in the answer (%v)", err)}
+	if err := c.getJSON(ctx, op, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", &resp); err != nil {
+		return "", err
+	}
+	if resp.Ticket.UpdatedAt == "" {
+		return "", &Error{Op: op, Err: fmt.Errorf("no updated_at in the answer")}
 	}
 	return Stamp(resp.Ticket.UpdatedAt), nil
 }
@@ -160,10 +160,6 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 		if after != "" {
 			q.Set("page[after]", after)
 		}
-		body, err := c.api.Get(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+"/audits.json?"+q.Encode())
-		if err != nil {
-			return Landed{}, false, classify(ctx, "list audits of ticket "+strconv.FormatInt(ticketID, 10), err, false)
-		}
 		var page struct {
 			Audits []struct {
 				auditJSON
@@ -175,8 +171,9 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 				AfterCursor string `json:"after_cursor"`
 			} `json:"meta"`
 		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return Landed{}, false, &Error{Op: "list audits", Err: fmt.Errorf("unreadable answer: %w", err)}
+		op := "list audits of ticket " + strconv.FormatInt(ticketID, 10)
+		if err := c.getJSON(ctx, op, "/tickets/"+strconv.FormatInt(ticketID, 10)+"/audits.json?"+q.Encode(), &page); err != nil {
+			return Landed{}, false, err
 		}
 		// Stop early only on a page that is all older than since and
 		// really newest-first: if Zendesk ignored sort_order, stopping at

@@ -19,19 +19,31 @@ import (
 // every change supportflow makes.
 // https://developer.zendesk.com/api-reference/ticketing/users/users/#show-the-currently-authenticated-user
 func (c *Client) Me(ctx context.Context) (int64, error) {
-	body, err := c.api.Get(ctx, "/users/me.json")
-	if err != nil {
-		return 0, classify(ctx, "show the API user", err, false)
-	}
 	var resp struct {
 		User struct {
 			ID int64 `json:"id"`
 		} `json:"user"`
 	}
-	if err := json.Unmarshal(body, &resp); err != nil || resp.User.ID <= 0 {
-		return 0, &Error{Op: "show the API user", Err: fmt.Errorf("unreadable answer: %v", err)}
+	if err := c.getJSON(ctx, "show the API user", "/users/me.json", &resp); err != nil {
+		return 0, err
+	}
+	if resp.User.ID <= 0 {
+		return 0, &Error{Op: "show the API user", Err: fmt.Errorf("unreadable answer: no user id")}
 	}
 	return resp.User.ID, nil
+}
+
+// getJSON reads path (a GET that writes nothing) into v; a failed call is
+// classified, an answer that does not decode is an *Error.
+func (c *Client) getJSON(ctx context.Context, op, path string, v any) error {
+	body, err := c.api.Get(ctx, path)
+	if err != nil {
+		return classify(ctx, op, err, false)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return &Error{Op: op, Err: fmt.Errorf("unreadable answer: %w", err)}
+	}
+	return nil
 }
 
 // ExportedTicket is a ticket row of the incremental ticket export.
@@ -69,12 +81,8 @@ func (c *Client) ExportTickets(ctx context.Context, cursor string, start time.Ti
 		q.Set("per_page", strconv.Itoa(perPage))
 	}
 	var page TicketPage
-	body, err := c.api.Get(ctx, "/incremental/tickets/cursor.json?"+q.Encode())
-	if err != nil {
-		return page, classify(ctx, "export tickets", err, false)
-	}
-	if err := json.Unmarshal(body, &page); err != nil {
-		return page, &Error{Op: "export tickets", Err: fmt.Errorf("unreadable answer: %w", err)}
+	if err := c.getJSON(ctx, "export tickets", "/incremental/tickets/cursor.json?"+q.Encode(), &page); err != nil {
+		return page, err
 	}
 	if page.AfterCursor == "" && !page.EndOfStream {
 		return page, &Error{Op: "export tickets", Err: fmt.Errorf("a page without after_cursor that is not the end")}
@@ -117,12 +125,6 @@ type EventPage struct {
 func (c *Client) ExportTicketEvents(ctx context.Context, start int64) (EventPage, error) {
 	q := url.Values{"start_time": {strconv.FormatInt(start, 10)}, "include": {"comment_events"}, "support_type_scope": {"all"}}
 	var page EventPage
-	body, err := c.api.Get(ctx, "/incremental/ticket_events.json?"+q.Encode())
-	if err != nil {
-		return page, classify(ctx, "export ticket events", err, false)
-	}
-	if err := json.Unmarshal(body, &page); err != nil {
-		return page, &Error{Op: "export ticket events", Err: fmt.Errorf("unreadable answer: %w", err)}
-	}
-	return page, nil
+	err := c.getJSON(ctx, "export ticket events", "/incremental/ticket_events.json?"+q.Encode(), &page)
+	return page, err
 }
