@@ -80,13 +80,9 @@ func retry(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) e
 	if err := supportflow.ValidateProposalID(args[0]); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
-	if dbURL == "" || account == "" {
-		return fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, account, err := accountDB(ctx)
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	return withStarter(ctx, func(s *starter.Starter) error {
@@ -138,15 +134,11 @@ func parity(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer)
 	if _, err := enrichment.LegacyIdentifier(table); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
-	if dbURL == "" || account == "" {
-		return fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, account, err := accountDB(ctx)
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return err
 	}
 	defer pool.Close()
 	r, err := enrichment.NewStore(pool, account).Parity(ctx, table)
@@ -155,4 +147,19 @@ func parity(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer)
 	}
 	fmt.Fprint(out, r.String())
 	return nil
+}
+
+// accountDB opens the account's database for the commands that read
+// PostgreSQL (parity, retry): DATABASE_URL and SUPPORTFLOW_ACCOUNT must be
+// set, or it is a usage error.
+func accountDB(ctx context.Context) (*pgxpool.Pool, string, error) {
+	dbURL, account := os.Getenv("DATABASE_URL"), os.Getenv("SUPPORTFLOW_ACCOUNT")
+	if dbURL == "" || account == "" {
+		return nil, "", fmt.Errorf("%w: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", errUsage)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("database: %w", err)
+	}
+	return pool, account, nil
 }
