@@ -209,9 +209,6 @@ func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow
 // Temporal Schedule that runs ScanTickets every interval, skipping a run
 // while the previous one still runs. It is safe to call at every start.
 func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("%w: scan interval %s must be positive", supportflow.ErrInvalidInput, interval)
-	}
 	return s.ensureSchedule(ctx, supportflow.ScanScheduleID, interval, &client.ScheduleWorkflowAction{
 		ID:        "scan-tickets",
 		Workflow:  supportflow.ScanTicketsWorkflow,
@@ -233,9 +230,6 @@ func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
 // EnsureReconcileSchedule creates, or updates to the given interval, the
 // Temporal Schedule that runs ReconcileTickets (overlap skip).
 func (s *Starter) EnsureReconcileSchedule(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("%w: reconcile interval %s must be positive", supportflow.ErrInvalidInput, interval)
-	}
 	return s.ensureSchedule(ctx, supportflow.ReconcileScheduleID, interval, &client.ScheduleWorkflowAction{
 		ID:        "reconcile-tickets",
 		Workflow:  supportflow.ReconcileTicketsWorkflow,
@@ -281,6 +275,9 @@ func (s *Starter) Reconcile(ctx context.Context) (supportflow.ReconcileResult, e
 }
 
 func (s *Starter) ensureSchedule(ctx context.Context, id string, every time.Duration, action *client.ScheduleWorkflowAction) error {
+	if every <= 0 {
+		return fmt.Errorf("%w: schedule %s's interval %s must be positive", supportflow.ErrInvalidInput, id, every)
+	}
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
 	_, err := s.Client.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID:      id,
