@@ -145,6 +145,9 @@ type Action struct {
 	// CancelSubscriptions lists subscription IDs to cancel, in order. Empty
 	// skips the cancellation leg. Duplicates are rejected.
 	CancelSubscriptions []string `json:"cancel_subscriptions,omitempty"`
+	// UpdateTicket, when set, sets the ticket's status and adds tags, in
+	// the same Zendesk update as the comment (or alone without one).
+	UpdateTicket *TicketUpdate `json:"update_ticket,omitempty"`
 }
 
 // Comment is a reply on a Zendesk ticket.
@@ -228,8 +231,13 @@ func (a Action) Validate() error {
 	if err := ValidateTicketID(a.TicketID); err != nil {
 		return err
 	}
-	if a.Comment == nil && len(a.CancelSubscriptions) == 0 {
-		return fmt.Errorf("%w: action has neither a comment nor subscriptions to cancel", ErrInvalidInput)
+	if a.Comment == nil && len(a.CancelSubscriptions) == 0 && a.UpdateTicket == nil {
+		return fmt.Errorf("%w: action has no comment, no subscriptions to cancel and no ticket update", ErrInvalidInput)
+	}
+	if a.UpdateTicket != nil {
+		if err := a.UpdateTicket.Validate(); err != nil {
+			return err
+		}
 	}
 	if a.Comment != nil {
 		if strings.TrimSpace(a.Comment.Body) == "" {

@@ -24,8 +24,8 @@ import (
 
 // Zendesk is what the activities need from Zendesk.
 type Zendesk interface {
-	TicketStamp(ctx context.Context, ticketID int64) (zendeskclient.Stamp, error)
-	PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string, stamp zendeskclient.Stamp) (zendeskclient.Landed, error)
+	ReadTicket(ctx context.Context, ticketID int64) (zendeskclient.TicketState, error)
+	UpdateTicket(ctx context.Context, ticketID int64, u zendeskclient.Update, actionKey string, stamp zendeskclient.Stamp) (zendeskclient.Landed, error)
 	FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time) (zendeskclient.Landed, bool, error)
 	Conversation(ctx context.Context, ticketID int64) (zendeskclient.Conversation, error)
 }
@@ -90,13 +90,12 @@ func (in ActionInput) validate() error {
 
 func (in ActionInput) reserveRequest(claimant string, d policy.Durations) ledger.ReserveRequest {
 	return ledger.ReserveRequest{
-		Key:           in.Key,
-		TicketID:      in.Action.TicketID,
-		HasComment:    in.Action.Comment != nil,
-		Subscriptions: in.Action.CancelSubscriptions,
-		Claimant:      claimant,
-		Lease:         d.Lease,
-		Digest:        ledger.ContentDigest(in.Action),
+		Key:      in.Key,
+		TicketID: in.Action.TicketID,
+		Legs:     in.Action.Legs(),
+		Claimant: claimant,
+		Lease:    d.Lease,
+		Digest:   ledger.ContentDigest(in.Action),
 	}
 }
 

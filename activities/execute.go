@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -13,6 +14,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/text"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -29,12 +31,15 @@ type PostReplyResult struct {
 	State string `json:"state"`
 }
 
-// PostReply is the Zendesk leg of an action: it posts the action's comment
-// on the ticket exactly once. It claims the action in the ledger; skips
-// the post when the ledger says the comment landed; when an earlier
-// attempt may have posted without recording it, looks for the action key in
-// the ticket's audits first; and otherwise posts with the key in the
-// audit's metadata and records the comment before returning.
+// PostReply runs the action's Zendesk legs, the ticket update and the
+// reply, in one safe ticket update, exactly once. It claims the action in
+// the ledger; skips the write when the ledger says the legs are done; on
+// every attempt after the first (and after a 409), looks for the action key
+// in the ticket's audits first (the legs' replay rule,
+// supportflow.ReplaySearchReceiver); and otherwise writes with the key in
+// the audit's metadata, fenced by the ticket's updated_stamp, and records
+// the legs before returning. With ReplyLast it refuses to run before every
+// leg of an earlier phase (the cancellations) is done.
 //
 // Errors: invalid input and Zendesk's permanent refusals (404 unknown
 // ticket, 422 ...) are non-retryable; everything else is retried under the
@@ -43,8 +48,8 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	if err := in.validate(); err != nil {
 		return PostReplyResult{}, err
 	}
-	if in.Action.Comment == nil {
-		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment to post", supportflow.ErrInvalidInput, in.Key))
+	if !in.Action.HasZendeskLeg() {
+		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment and no ticket update", supportflow.ErrInvalidInput, in.Key))
 	}
 	claimant := claimantOf(ctx)
 	res, err := a.reserve(ctx, in.reserveRequest(claimant, a.Durations))
@@ -55,8 +60,9 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 		a.Metrics.ActionLeg("zendesk", "applied")
 		return PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
 	}
-	if in.ReplyLast && len(res.Cancelled) < len(in.Action.CancelSubscriptions) && !res.CommentLanded() {
-		// The reply says what was done; it waits for every cancellation.
+	mine, todo := receiverLegs(res.Legs, "zendesk")
+	if in.ReplyLast && len(todo) > 0 && !earlierPhasesDone(res.Legs, "zendesk") {
+		// The reply says what was done; it waits for every earlier leg.
 		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
 		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s: its cancellations have not all succeeded; run CancelSubscriptions first", supportflow.ErrInvalidInput, in.Key))
 	}
@@ -74,20 +80,21 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	search := res.PriorAttempts > 0 || activity.GetInfo(ctx).Attempt > 1
 	since := res.ReservedAt.Add(-auditSearchMargin)
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
-		auditID, commentID, source := res.AuditID, res.CommentID, "ledger"
-		for conflicts := 0; commentID == 0; conflicts++ {
+		landed, source := recordedLanding(mine), "ledger"
+		var already bool
+		for conflicts := 0; len(todo) > 0; conflicts++ {
 			if conflicts > maxConflicts {
-				return fmt.Errorf("ticket %d changed %d times while posting; trying again later", in.Action.TicketID, conflicts)
+				return fmt.Errorf("ticket %d changed %d times while writing; trying again later", in.Action.TicketID, conflicts)
 			}
 			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
 				return err
 			}
 			// The stamp is read before the search: a write of ours that
-			// lands after the search has changed the ticket, so the post
-			// below is refused (409) instead of landing a second comment.
+			// lands after the search has changed the ticket, so the write
+			// below is refused (409) instead of landing a second time.
 			p.set(func(p *Progress) { p.Step = "reading the ticket" })
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
-			stamp, err := a.Zendesk.TicketStamp(callCtx, in.Action.TicketID)
+			ticket, err := a.Zendesk.ReadTicket(callCtx, in.Action.TicketID)
 			cancel()
 			if err != nil {
 				return err
@@ -101,22 +108,29 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 					return err
 				}
 				if found {
-					auditID, commentID, source = l.AuditID, l.CommentID, "audit"
-					log.Info("comment found on the ticket's audits; not posting again", "comment_id", l.CommentID)
+					landed, source = l, "audit"
+					log.Info("our update found on the ticket's audits; not writing again", "audit_id", l.AuditID, "comment_id", l.CommentID)
 					break
 				}
 			}
+			update, changes := zendeskUpdate(in.Action, todo, ticket)
+			if !changes {
+				// A ticket update alone that Zendesk already shows: nothing
+				// to write (and Zendesk would make no audit of it).
+				already, source = true, "already"
+				break
+			}
 			// No lease check here: from the stamp on, Zendesk itself fences
-			// the write (a successor's post changes the ticket, so this one
+			// the write (a successor's write changes the ticket, so this one
 			// is refused), however long this attempt stalls.
 			p.set(func(p *Progress) { p.Step = "posting" })
 			callCtx, cancel = context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
-			l, err := a.Zendesk.PostComment(callCtx, in.Action.TicketID, *in.Action.Comment, in.Key, stamp)
+			l, err := a.Zendesk.UpdateTicket(callCtx, in.Action.TicketID, update, in.Key, ticket.Stamp)
 			cancel()
 			if isConflict(err) {
 				// The ticket changed since the stamp: perhaps a late write
-				// of ours landed. Look again before posting.
-				log.Info("the ticket changed while posting; searching its audits again", "stamp", string(stamp))
+				// of ours landed. Look again before writing.
+				log.Info("the ticket changed while writing; searching its audits again", "stamp", string(ticket.Stamp))
 				search = true
 				continue
 			}
@@ -124,9 +138,19 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 				ambiguous = mayHaveLanded(err)
 				return err
 			}
-			auditID, commentID, source = l.AuditID, l.CommentID, "posted"
+			landed, source = l, "posted"
+			break
 		}
-		state, won, err := a.Ledger.RecordComment(ctx, res.ID, claimant, auditID, commentID)
+		var outcomes []ledger.LegOutcome
+		for _, leg := range todo {
+			o := ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegDone, AlreadyDone: already,
+				RequestID: idString(landed.AuditID), ExternalID: idString(landed.AuditID)}
+			if leg.Kind == supportflow.LegReply {
+				o.ExternalID = idString(landed.CommentID)
+			}
+			outcomes = append(outcomes, o)
+		}
+		state, won, err := a.Ledger.Finish(ctx, res.ID, claimant, "", outcomes...)
 		if err != nil {
 			return err
 		}
@@ -134,7 +158,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 			return errLostClaim
 		}
 		p.set(func(p *Progress) { p.Done, p.Step = 1, "recorded" })
-		out = PostReplyResult{AuditID: auditID, CommentID: commentID, Source: source, State: state}
+		out = PostReplyResult{AuditID: landed.AuditID, CommentID: landed.CommentID, Source: source, State: state}
 		return nil
 	})
 	if err == nil {
@@ -144,6 +168,88 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
 	a.Metrics.ActionLeg("zendesk", legOutcome(err))
 	return PostReplyResult{}, err
+}
+
+// receiverLegs returns the legs one receiver carries out, and those of
+// them not yet done.
+func receiverLegs(legs ledger.Legs, receiver string) (mine, todo ledger.Legs) {
+	for _, l := range legs {
+		if spec, _ := supportflow.SpecOf(l.Kind); spec.Receiver == receiver {
+			mine = append(mine, l)
+			if l.State != ledger.LegDone {
+				todo = append(todo, l)
+			}
+		}
+	}
+	return mine, todo
+}
+
+// earlierPhasesDone reports whether every leg of a phase before the
+// receiver's legs is done: what the truthful order waits for.
+func earlierPhasesDone(legs ledger.Legs, receiver string) bool {
+	phase := -1
+	for _, l := range legs {
+		if spec, _ := supportflow.SpecOf(l.Kind); spec.Receiver == receiver && (phase < 0 || spec.Phase < phase) {
+			phase = spec.Phase
+		}
+	}
+	for _, l := range legs {
+		if spec, _ := supportflow.SpecOf(l.Kind); spec.Phase < phase && l.State != ledger.LegDone {
+			return false
+		}
+	}
+	return true
+}
+
+// recordedLanding is what the ledger knows of an earlier landing of the
+// Zendesk legs.
+func recordedLanding(legs ledger.Legs) zendeskclient.Landed {
+	var l zendeskclient.Landed
+	for _, leg := range legs {
+		if leg.State != ledger.LegDone {
+			continue
+		}
+		l.AuditID, _ = strconv.ParseInt(leg.RequestID, 10, 64)
+		if leg.Kind == supportflow.LegReply {
+			l.CommentID, _ = strconv.ParseInt(leg.ExternalID, 10, 64)
+		}
+	}
+	return l
+}
+
+// zendeskUpdate builds the one ticket update that carries the legs still
+// to do: the comment, and the status and the ticket's tags plus ours.
+// changes is false when it would change nothing on the ticket as read.
+func zendeskUpdate(act supportflow.Action, todo ledger.Legs, ticket zendeskclient.TicketState) (u zendeskclient.Update, changes bool) {
+	for _, leg := range todo {
+		switch leg.Kind {
+		case supportflow.LegReply:
+			u.Comment = act.Comment
+			changes = true
+		case supportflow.LegTicketUpdate:
+			want := act.UpdateTicket
+			if want.Status != "" && want.Status != ticket.Status {
+				u.Status, changes = want.Status, true
+			}
+			tags := slices.Clone(ticket.Tags)
+			for _, t := range want.Tags {
+				if !slices.Contains(tags, t) {
+					tags = append(tags, t)
+				}
+			}
+			if len(tags) != len(ticket.Tags) {
+				u.Tags, changes = tags, true
+			}
+		}
+	}
+	return u, changes
+}
+
+func idString(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return strconv.FormatInt(id, 10)
 }
 
 // maxConflicts bounds the 409s one attempt absorbs (each means the ticket
@@ -197,10 +303,14 @@ type CancelResult struct {
 	State  string   `json:"state"`
 }
 
-// CancelSubscriptions is the cancellation leg of an action. It claims the
-// action, reads which subscriptions already succeeded and cancels only the
-// rest, one at a time, writing each call's outcome to the ledger before
-// acting on it, so a crash after a partial success still records it.
+// CancelSubscriptions runs the action's cancellation legs. It claims the
+// action, reads which subscriptions are already cancelled and cancels only
+// the rest, one at a time, writing each call's outcome to the ledger
+// before acting on it, so a crash after a partial success still records
+// it. A cancellation is idempotent at the service (a second one answers
+// 409 already_cancelled), and a call whose answer was lost is 'unknown'
+// until the subscription's status says what happened
+// (supportflow.ReplayIdempotent).
 //
 // A subscription the service refuses permanently (404 unknown ...) is
 // recorded failed and the others are still attempted; the activity then
@@ -222,31 +332,45 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 		a.Metrics.ActionLeg("cancellations", "applied")
 		return CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
 	}
-	if in.Action.Comment != nil && !res.CommentLanded() && !in.ReplyLast {
-		// The legs run in order; cancelling before the reply is recorded
-		// would let a failed reply leave a silent cancellation behind.
+	if !in.ReplyLast && slices.ContainsFunc(res.Legs.Of(supportflow.LegReply), func(l ledger.LegRow) bool { return l.State != ledger.LegDone }) {
+		// Executions from before the truthful order ran the reply first;
+		// cancelling before it is recorded would let a failed reply leave
+		// a silent cancellation behind.
 		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
 		return CancelResult{}, invalid(fmt.Errorf("%w: action %s: the comment has not landed; run PostReply first", supportflow.ErrInvalidInput, in.Key))
 	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
 
-	cancelled := slices.Clone(res.Cancelled)
+	const kind = supportflow.LegCancelSubscription
+	cancelled := res.Legs.InState(kind, ledger.LegDone)
+	unknown := res.Legs.InState(kind, ledger.LegUnknown)
 	var todo []string
 	for _, s := range in.Action.CancelSubscriptions {
-		if !slices.Contains(res.Cancelled, s) {
+		if !slices.Contains(cancelled, s) {
 			todo = append(todo, s)
 		}
 	}
-	p := &progress{v: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(res.Cancelled)}}
+	p := &progress{v: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(cancelled)}}
 	var (
 		out       CancelResult
 		ambiguous bool
 		refused   []error
 	)
+	record := func(o ledger.LegOutcome) error {
+		o.Kind = kind
+		won, err := a.Ledger.RecordLegs(context.WithoutCancel(ctx), res.ID, claimant, o)
+		if err != nil {
+			return err
+		}
+		if !won {
+			return errLostClaim
+		}
+		return nil
+	}
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
 		// A call whose answer was lost may have cancelled: ask the service
 		// before calling again, and record what it says.
-		for _, sub := range res.Unknown {
+		for _, sub := range unknown {
 			p.set(func(p *Progress) { p.Step = "reading the status of " + sub })
 			isCancelled, err := a.cancelledAtService(ctx, sub)
 			if err != nil {
@@ -255,13 +379,8 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			if !isCancelled {
 				continue // not cancelled: called again below
 			}
-			won, err := a.Ledger.RecordCancellation(context.WithoutCancel(ctx), res.ID, claimant, sub,
-				ledger.CancellationOutcome{Cancelled: true, AlreadyCancelled: true})
-			if err != nil {
+			if err := record(ledger.LegOutcome{Target: sub, State: ledger.LegDone, AlreadyDone: true, Resolved: true}); err != nil {
 				return err
-			}
-			if !won {
-				return errLostClaim
 			}
 			log.Info("a lost answer's cancellation had landed", "subscription_id", sub)
 			cancelled = append(cancelled, sub)
@@ -277,19 +396,17 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
 			c, callErr := a.Subscriptions.Cancel(callCtx, sub, in.Key+":"+sub)
 			cancel()
-			outcome := ledger.CancellationOutcome{Cancelled: callErr == nil, AlreadyCancelled: c.AlreadyCancelled,
-				Unknown: callErr != nil && mayHaveLanded(callErr)}
+			o := ledger.LegOutcome{Target: sub, State: ledger.LegDone, AlreadyDone: c.AlreadyCancelled}
 			if callErr != nil {
-				outcome.Error = callErr.Error()
+				o.State, o.Error = ledger.LegFailed, callErr.Error()
+				if mayHaveLanded(callErr) {
+					o.State = ledger.LegUnknown
+				}
 			}
 			// Record before acting on the outcome, even for a failure, so
 			// the ledger never forgets a call that may have landed.
-			won, err := a.Ledger.RecordCancellation(context.WithoutCancel(ctx), res.ID, claimant, sub, outcome)
-			if err != nil {
+			if err := record(o); err != nil {
 				return errors.Join(callErr, err)
-			}
-			if !won {
-				return errLostClaim
 			}
 			switch {
 			case callErr == nil:
@@ -368,20 +485,21 @@ func (a *Activities) cancelledAtService(ctx context.Context, subscriptionID stri
 
 // SettleInput names an action whose last attempt failed.
 type SettleInput struct {
-	Key        string `json:"key"`
-	TicketID   int64  `json:"ticket_id"`
-	HasComment bool   `json:"has_comment"`
-	Error      string `json:"error"`
-	// HeldBack says the reply was held back because a cancellation was
-	// refused for good: the action ends needs_attention.
+	Key      string `json:"key"`
+	TicketID int64  `json:"ticket_id"`
+	Error    string `json:"error"`
+	// HeldBack says later legs (the reply) were held back because an
+	// earlier one (a cancellation) was refused for good: the action ends
+	// needs_attention.
 	HeldBack bool `json:"held_back,omitempty"`
 }
 
 // SettleAction makes an action's failure terminal once the workflow has
-// given up on it: partial_failure when some effect landed, failed when none
-// did, applied when a lost answer turns out to have landed after all. A
-// cancellation whose answer was lost is never settled as failed on a
-// guess: its status is read first, and while it cannot be read the
+// given up on it: partial_failure when some leg landed, failed when none
+// did, needs_attention when the reply was held back, applied when a lost
+// answer turns out to have landed after all. A leg whose answer was lost
+// is never settled as failed on a guess: the receiver's state is read
+// first (supportflow.LegSpec.Resolvable), and while it cannot be read the
 // activity fails retryably (unknown is not failed). While a stale attempt
 // still holds a live lease it fails retryably, waiting no less than the
 // lease's remaining time.
@@ -389,24 +507,24 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
 		return "", invalid(err)
 	}
-	resolved := map[string]bool{}
+	resolved := map[supportflow.Leg]bool{}
 	if row, err := a.Ledger.Get(ctx, in.Key); err == nil {
-		for _, c := range row.Cancellations {
-			if c.State != "unknown" {
+		for _, leg := range row.Legs {
+			if leg.State != ledger.LegUnknown {
 				continue
 			}
-			isCancelled, err := a.cancelledAtService(ctx, c.SubscriptionID)
+			landed, err := a.resolveLeg(ctx, leg.Leg())
 			if err != nil && !isPermanent(err) {
-				return "", fmt.Errorf("subscription %s: its cancellation's answer was lost and its status cannot be read yet: %w", c.SubscriptionID, err)
+				return "", fmt.Errorf("%s %s: its answer was lost and the receiver cannot be read yet: %w", leg.Kind, leg.Target, err)
 			}
-			// A status the service refuses for good (the subscription is
-			// gone, 404) is not a cancellation of ours.
-			resolved[c.SubscriptionID] = err == nil && isCancelled
+			// A state the receiver refuses for good (the subscription is
+			// gone, 404) is not an effect of ours.
+			resolved[leg.Leg()] = err == nil && landed
 		}
 	} else if !errors.Is(err, ledger.ErrNotFound) {
 		return "", err
 	}
-	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, in.HasComment, text.Clip(in.Error, 4000), resolved, in.HeldBack)
+	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, text.Clip(in.Error, 4000), resolved, in.HeldBack)
 	if err != nil {
 		return "", reserveError(err)
 	}
@@ -414,4 +532,15 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 		a.Metrics.ActionLeg("zendesk", "needs_attention")
 	}
 	return state, nil
+}
+
+// resolveLeg reads from the receiver whether a leg whose answer was lost
+// landed. Only resolvable kinds are ever left unknown (the Zendesk legs
+// find a lost answer by searching the audits instead).
+func (a *Activities) resolveLeg(ctx context.Context, leg supportflow.Leg) (bool, error) {
+	switch leg.Kind {
+	case supportflow.LegCancelSubscription:
+		return a.cancelledAtService(ctx, leg.Target)
+	}
+	return false, rejected(fmt.Errorf("%w: a %s leg cannot be read back", supportflow.ErrInvalidInput, leg.Kind))
 }

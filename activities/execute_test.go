@@ -72,12 +72,12 @@ func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
 	assert.False(t, appErr(t, err).NonRetryable(), "a lost answer is retried")
 
 	a := f.action(t, "p1:0")
-	require.Len(t, a.Cancellations, 3)
-	assert.Equal(t, "cancelled", a.Cancellations[0].State)
-	assert.Equal(t, "unknown", a.Cancellations[1].State, "the lost answer's outcome was written: unknown, not failed")
-	assert.NotEmpty(t, a.Cancellations[1].LastError)
-	assert.Equal(t, 1, a.Cancellations[1].Calls)
-	assert.Equal(t, "pending", a.Cancellations[2].State, "the leg stopped at the first retryable failure")
+	require.Len(t, a.Legs.Of(supportflow.LegCancelSubscription), 3)
+	assert.Equal(t, "done", a.Legs.Of(supportflow.LegCancelSubscription)[0].State)
+	assert.Equal(t, "unknown", a.Legs.Of(supportflow.LegCancelSubscription)[1].State, "the lost answer's outcome was written: unknown, not failed")
+	assert.NotEmpty(t, a.Legs.Of(supportflow.LegCancelSubscription)[1].LastError)
+	assert.Equal(t, 1, a.Legs.Of(supportflow.LegCancelSubscription)[1].Calls)
+	assert.Equal(t, "pending", a.Legs.Of(supportflow.LegCancelSubscription)[2].State, "the leg stopped at the first retryable failure")
 	assert.Equal(t, supportflow.StateApplying, a.State)
 	assert.NotNil(t, a.LeaseExpiresAt, "a call that may have landed keeps its lease until it lapses")
 
@@ -91,7 +91,7 @@ func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
 	require.NoError(t, err)
 	a = f.action(t, "p1:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
-	assert.Equal(t, "cancelled", a.Cancellations[1].State)
+	assert.Equal(t, "done", a.Legs.Of(supportflow.LegCancelSubscription)[1].State)
 	assert.Equal(t, 1, f.subs.CancelCalls("sub-2"), "no second cancel call for a cancellation that had landed")
 	assert.Equal(t, 1, f.subs.Cancellations("sub-3"))
 }
@@ -137,7 +137,7 @@ func TestPostReply_UnknownTicketIsRejectedWithTheError(t *testing.T) {
 func TestPostReply_WaitsOutALivePredecessorInsideTheAttempt(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
-	_, err := f.acts.Ledger.Reserve(context.Background(), ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, HasComment: true, Claimant: "other", Lease: 700 * time.Millisecond})
+	_, err := f.acts.Ledger.Reserve(context.Background(), ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, Legs: []supportflow.Leg{{Kind: supportflow.LegReply, Target: fmt.Sprint(ticket)}}, Claimant: "other", Lease: 700 * time.Millisecond})
 	require.NoError(t, err)
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
 	start := time.Now()
@@ -172,5 +172,5 @@ func TestPostReply_StopsWhenItsClaimIsLost(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second, "the work was cancelled, not waited out")
 	a := f.action(t, "p1:0")
 	assert.Equal(t, "successor", a.Claimant)
-	assert.Zero(t, a.CommentID, "the stale attempt recorded nothing")
+	assert.Zero(t, a.CommentID(), "the stale attempt recorded nothing")
 }

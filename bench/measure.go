@@ -446,11 +446,13 @@ func measureLedger(ctx context.Context, s *stack, n, contenders int) (LedgerCost
 	action := func() (time.Duration, error) {
 		k := seq.Add(1)
 		t0 := time.Now()
-		r, err := l.Reserve(ctx, ledger.ReserveRequest{Key: fmt.Sprintf("bench-%d:0", k), TicketID: k, HasComment: true, Claimant: "bench", Lease: time.Minute})
+		reply := supportflow.Leg{Kind: supportflow.LegReply, Target: strconv.FormatInt(k, 10)}
+		r, err := l.Reserve(ctx, ledger.ReserveRequest{Key: fmt.Sprintf("bench-%d:0", k), TicketID: k, Legs: []supportflow.Leg{reply}, Claimant: "bench", Lease: time.Minute})
 		if err != nil {
 			return 0, err
 		}
-		if _, won, err := l.RecordComment(ctx, r.ID, "bench", k, k); err != nil || !won {
+		done := ledger.LegOutcome{Kind: reply.Kind, Target: reply.Target, State: ledger.LegDone, ExternalID: reply.Target, RequestID: reply.Target}
+		if _, won, err := l.Finish(ctx, r.ID, "bench", "", done); err != nil || !won {
 			return 0, fmt.Errorf("record comment: won=%v err=%v", won, err)
 		}
 		return time.Since(t0), nil

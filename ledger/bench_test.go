@@ -11,13 +11,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/ledger"
 )
 
 // BenchmarkLedgerPerAction measures what the ledger adds to one action
-// with a comment: Reserve (one transaction) and RecordComment, which
-// records the landed comment and settles the action applied in the same
-// statement. Two commits per action. Run it with
+// with a comment: Reserve (one transaction) and Finish, which records the
+// landed comment and settles the action applied in the same transaction.
+// Two commits per action. Run it with
 //
 //	go test ./ledger -run '^$' -bench LedgerPerAction -benchtime 2000x
 //
@@ -40,11 +41,12 @@ func BenchmarkLedgerPerAction(b *testing.B) {
 					n := seq.Add(1)
 					start := time.Now()
 					r, err := l.Reserve(ctx, ledger.ReserveRequest{
-						Key: fmt.Sprintf("bench-%d:0", n), TicketID: n, HasComment: true,
+						Key: fmt.Sprintf("bench-%d:0", n), TicketID: n, Legs: []supportflow.Leg{{Kind: supportflow.LegReply, Target: fmt.Sprint(n)}},
 						Claimant: "bench", Lease: time.Minute,
 					})
 					require.NoError(b, err)
-					_, won, err := l.RecordComment(ctx, r.ID, "bench", n, n)
+					_, won, err := l.Finish(ctx, r.ID, "bench", "", ledger.LegOutcome{Kind: supportflow.LegReply, Target: fmt.Sprint(n),
+						State: ledger.LegDone, ExternalID: fmt.Sprint(n), RequestID: fmt.Sprint(n)})
 					require.NoError(b, err)
 					require.True(b, won)
 					lat[idx.Add(1)-1] = time.Since(start)

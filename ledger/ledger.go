@@ -6,12 +6,16 @@
 //
 // Each action of an approved proposal has one row keyed
 // "{proposalId}:{actionIndex}", unique per account, moving
-// pending -> applying -> applied | partial_failure | failed. An attempt
-// claims the row (Reserve) with a lease that its heartbeat extends for as
-// long as it works; every write after the claim is fenced on id, claimant
-// and state 'applying' and reports whether it won. Only 'applied'
-// deduplicates a re-run: a re-run of a partial_failure skips the comment
-// that landed and the subscriptions already cancelled.
+// pending -> applying -> applied | partial_failure | failed |
+// needs_attention, and one action_leg row per leg (a subscription to
+// cancel, the ticket update, the reply), moving pending -> done | failed |
+// unknown. An attempt claims the action (Reserve) with a lease that its
+// heartbeat extends for as long as it works; every write after the claim
+// is fenced on id, claimant and state 'applying' and reports whether it
+// won. Only 'applied' deduplicates a whole re-run; a re-run of anything
+// else skips the legs recorded done. The ledger is generic over legs: what
+// a kind is and how its replay is made safe is said in the root package
+// (supportflow.SpecOf).
 package ledger
 
 import (
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,13 +101,13 @@ func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 // (if its holder has stopped extending it).
 func (e *LeaseHeldError) RetryAfterDelay() time.Duration { return e.ExpiresIn }
 
-// ErrConflict is returned when a key is reserved with a different ticket
-// or legs than the row already recorded: two different proposals share an
+// ErrConflict is returned when a key is reserved with a different ticket,
+// legs or content than the row already recorded: two different proposals share an
 // ID. It is permanent.
 var ErrConflict = errors.New("ledger: action key already recorded with different content")
 
-// ErrUnresolved is returned by SettleFailed while a cancellation's outcome
-// is unknown: the caller reads its status and tries again.
+// ErrUnresolved is returned by SettleFailed while a leg's outcome is
+// unknown: the caller reads the receiver's state and tries again.
 var ErrUnresolved = errors.New("ledger: a cancellation's outcome is still unknown")
 
 // ErrNotFound is returned by Get for a key with no row.
@@ -110,10 +115,11 @@ var ErrNotFound = errors.New("ledger: no such action")
 
 // ReserveRequest describes the action an attempt wants to claim.
 type ReserveRequest struct {
-	Key           string
-	TicketID      int64
-	HasComment    bool
-	Subscriptions []string
+	Key      string
+	TicketID int64
+	// Legs are the action's legs in order (supportflow.Action.Legs); the
+	// first reserve creates one row each.
+	Legs []supportflow.Leg
 	// Claimant identifies the attempt (workflow, activity and attempt
 	// number); it must differ between attempts so that fencing can tell a
 	// stale attempt from its successor.
@@ -126,9 +132,10 @@ type ReserveRequest struct {
 	Digest string
 }
 
-// ContentDigest is the digest of what an action does: its ticket, comment
-// and subscriptions. Two proposals that share an ID but differ here are
-// different actions.
+// ContentDigest is the digest of what an action does: its ticket, comment,
+// subscriptions and ticket update. Two proposals that share an ID but
+// differ here are different actions. (An action without a ticket update
+// keeps the digest it had before ticket updates existed.)
 func ContentDigest(a supportflow.Action) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%d\x00", a.TicketID)
@@ -138,7 +145,77 @@ func ContentDigest(a supportflow.Action) string {
 	for _, s := range a.CancelSubscriptions {
 		fmt.Fprintf(h, "s%s\x00", s)
 	}
+	if u := a.UpdateTicket; u != nil {
+		fmt.Fprintf(h, "u%s\x00", u.Status)
+		for _, t := range u.Tags {
+			fmt.Fprintf(h, "t%s\x00", t)
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Leg states.
+const (
+	LegPending = "pending"
+	LegDone    = "done"
+	LegFailed  = "failed"
+	// LegUnknown: the last call's answer was lost; the receiver's state
+	// must be read before the leg is called again or declared failed.
+	LegUnknown = "unknown"
+)
+
+// LegRow is one action_leg row.
+type LegRow struct {
+	Position int
+	Kind     supportflow.LegKind
+	Target   string
+	State    string
+	// ExternalID is the receiver's ID of the effect (a comment ID, an audit
+	// ID); RequestID the receiver's ID of the request that carried it (the
+	// Zendesk audit).
+	ExternalID, RequestID string
+	AlreadyDone           bool
+	Calls                 int
+	LastError             string
+	DoneAt                *time.Time
+}
+
+// Leg returns the leg as the domain names it.
+func (r LegRow) Leg() supportflow.Leg { return supportflow.Leg{Kind: r.Kind, Target: r.Target} }
+
+// Legs is an action's legs in order.
+type Legs []LegRow
+
+// Find returns the leg of that kind and target.
+func (ls Legs) Find(kind supportflow.LegKind, target string) (LegRow, bool) {
+	for _, l := range ls {
+		if l.Kind == kind && l.Target == target {
+			return l, true
+		}
+	}
+	return LegRow{}, false
+}
+
+// Of returns the legs of one kind, in order.
+func (ls Legs) Of(kind supportflow.LegKind) Legs {
+	var out Legs
+	for _, l := range ls {
+		if l.Kind == kind {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// InState returns the targets of the legs of kind in state.
+func (ls Legs) InState(kind supportflow.LegKind, state string) []string {
+	var out []string
+	for _, l := range ls.Of(kind) {
+		if l.State == state {
+			out = append(out, l.Target)
+		}
+	}
+	return out
 }
 
 // Reservation is the result of a successful Reserve.
@@ -148,80 +225,92 @@ type Reservation struct {
 	// nothing (deduplicated) and holds no claim.
 	Applied bool
 	// PriorAttempts counts the claims before this one. When it is > 0 an
-	// earlier attempt may have written to Zendesk without recording it, so
-	// the caller must look for its audit before posting.
+	// earlier attempt may have written without recording it.
 	PriorAttempts int
 	// TookOver is true when this claim replaced another claimant's expired
 	// lease.
 	TookOver bool
 	// ReservedAt is when the action was first reserved: no attempt can
-	// have written to Zendesk before it.
+	// have written before it.
 	ReservedAt time.Time
-	// AuditID and CommentID are non-zero once the comment is known to have
-	// landed.
-	AuditID, CommentID int64
-	// Cancelled lists the subscriptions whose cancellation already
-	// succeeded; the caller passes only the rest to the service.
-	Cancelled []string
-	// Unknown lists the subscriptions whose last call's answer was lost;
-	// the caller reads their status before calling again.
-	Unknown []string
+	// Legs are the action's legs with what is recorded of each.
+	Legs Legs
 }
 
-// CommentLanded reports whether the Zendesk leg is done.
-func (r Reservation) CommentLanded() bool { return r.CommentID != 0 }
-
-// Reserve claims an action for req.Claimant, creating its row (and one
-// cancellation row per subscription) on first use, under the ticket's
-// advisory lock. It returns Applied=true without a claim when the action
-// is applied, a *LeaseHeldError when another claimant's lease is live, and
-// otherwise a claim: state 'applying', attempts+1, lease set.
+// Reserve claims an action for req.Claimant, creating its row and its leg
+// rows on first use, under the ticket's advisory lock. It returns
+// Applied=true without a claim when the action is applied, a
+// *LeaseHeldError when another claimant's lease is live, ErrConflict when
+// the key was recorded with another ticket, other legs or other content,
+// and otherwise a claim: state 'applying', attempts+1, lease set, with
+// every leg's recorded state.
 func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, error) {
 	proposalID, index, err := supportflow.ParseActionKey(req.Key)
 	if err != nil {
 		return Reservation{}, err
 	}
-	if req.Claimant == "" || req.Lease <= 0 {
-		return Reservation{}, fmt.Errorf("%w: reserve %s needs a claimant and a positive lease", supportflow.ErrInvalidInput, req.Key)
+	if req.Claimant == "" || req.Lease <= 0 || len(req.Legs) == 0 {
+		return Reservation{}, fmt.Errorf("%w: reserve %s needs a claimant, a positive lease and at least one leg", supportflow.ErrInvalidInput, req.Key)
+	}
+	var kinds, targets []string
+	for _, leg := range req.Legs {
+		if _, ok := supportflow.SpecOf(leg.Kind); !ok || leg.Target == "" {
+			return Reservation{}, fmt.Errorf("%w: reserve %s: leg %q on %q is not a known kind with a target", supportflow.ErrInvalidInput, req.Key, leg.Kind, leg.Target)
+		}
+		kinds, targets = append(kinds, string(leg.Kind)), append(targets, leg.Target)
 	}
 	var res Reservation
 	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		var (
-			ticketID   int64
-			hasComment bool
-			state      string
-			claimant   *string
-			remaining  *time.Duration
-			attempts   int
-			auditID    *int64
-			commentID  *int64
-			digest     *string
+			ticketID  int64
+			state     string
+			claimant  *string
+			remaining *time.Duration
+			attempts  int
+			digest    *string
 		)
-		// One round trip: take the ticket lock, create the row if absent
-		// (correct when 50 attempts race for one key), and read it back
-		// under a row lock. The statements run in order on the server.
+		// One round trip: take the ticket lock, create the row and its legs
+		// if absent (correct when 50 attempts race for one key), and read
+		// them back under a row lock. The statements run in order.
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, req.TicketID))
 		b.Queue(`
-INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, req.TicketID, req.HasComment)
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, req.TicketID)
 		b.Queue(`
-SELECT id, ticket_id, has_comment, state, claimant,
+SELECT id, ticket_id, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
-       attempts, zendesk_audit_id, zendesk_comment_id, created_at, content_digest
+       attempts, created_at, content_digest
 FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.ID, &ticketID, &hasComment, &state, &claimant, &remaining, &attempts, &auditID, &commentID, &res.ReservedAt, &digest)
+			return row.Scan(&res.ID, &ticketID, &state, &claimant, &remaining, &attempts, &res.ReservedAt, &digest)
+		})
+		// Legs are created only for an action that has none yet (a row
+		// created by SettleFailed has none), never added to an existing
+		// list: a different list is a conflict, checked below.
+		b.Queue(`
+INSERT INTO action_leg (action_id, position, kind, target)
+SELECT a.id, t.p - 1, t.k, t.tg
+FROM action a, unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(k, tg, p)
+WHERE a.account = $1 AND a.key = $2
+  AND NOT EXISTS (SELECT 1 FROM action_leg x WHERE x.action_id = a.id)`, l.account, req.Key, kinds, targets)
+		b.Queue(legSelect+` WHERE action_id = (SELECT id FROM action WHERE account = $1 AND key = $2) ORDER BY position`,
+			l.account, req.Key).Query(func(rows pgx.Rows) error {
+			var err error
+			res.Legs, err = collectLegs(rows)
+			return err
 		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if ticketID != req.TicketID || hasComment != req.HasComment {
-			return fmt.Errorf("%w: %s is ticket %d (comment %t), asked for ticket %d (comment %t)",
-				ErrConflict, req.Key, ticketID, hasComment, req.TicketID, req.HasComment)
+		if ticketID != req.TicketID {
+			return fmt.Errorf("%w: %s is ticket %d, asked for ticket %d", ErrConflict, req.Key, ticketID, req.TicketID)
+		}
+		if !sameLegs(res.Legs, req.Legs) {
+			return fmt.Errorf("%w: %s was recorded with other legs (%s), asked for %s", ErrConflict, req.Key, describeLegs(res.Legs), describeRequest(req.Legs))
 		}
 		if req.Digest != "" && digest != nil && *digest != req.Digest {
-			return fmt.Errorf("%w: %s was approved with another comment or other subscriptions", ErrConflict, req.Key)
+			return fmt.Errorf("%w: %s was approved with another comment, other subscriptions or another ticket update", ErrConflict, req.Key)
 		}
 		if state == supportflow.StateApplied {
 			res.Applied = true
@@ -232,48 +321,59 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).Que
 		}
 		res.TookOver = state == supportflow.StateApplying && claimant != nil && *claimant != req.Claimant && remaining == nil
 		res.PriorAttempts = attempts
-		if auditID != nil {
-			res.AuditID = *auditID
-		}
-		if commentID != nil {
-			res.CommentID = *commentID
-		}
-		// One more round trip: claim, create the cancellation rows on first
-		// use, and read which subscriptions already succeeded.
-		b = &pgx.Batch{}
-		b.Queue(`
+		_, err := tx.Exec(ctx, `
 UPDATE action SET state = 'applying', claimant = $2, lease_expires_at = now() + $3::interval,
        attempts = attempts + 1, updated_at = now(), settled_at = NULL,
        content_digest = COALESCE(content_digest, NULLIF($4, ''))
 WHERE id = $1`, res.ID, req.Claimant, req.Lease, req.Digest)
-		if len(req.Subscriptions) > 0 {
-			b.Queue(`
-INSERT INTO action_cancellation (action_id, subscription_id, position)
-SELECT $1, s, p - 1 FROM unnest($2::text[]) WITH ORDINALITY AS t(s, p)
-ON CONFLICT (action_id, subscription_id) DO NOTHING`, res.ID, req.Subscriptions)
-			b.Queue(`
-SELECT subscription_id, state FROM action_cancellation
-WHERE action_id = $1 AND state IN ('cancelled', 'unknown') ORDER BY position`, res.ID).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var sub, state string
-					if err := rows.Scan(&sub, &state); err != nil {
-						return err
-					}
-					if state == "cancelled" {
-						res.Cancelled = append(res.Cancelled, sub)
-					} else {
-						res.Unknown = append(res.Unknown, sub)
-					}
-				}
-				return rows.Err()
-			})
-		}
-		return tx.SendBatch(ctx, b).Close()
+		return err
 	})
 	if err != nil {
 		return Reservation{}, fmt.Errorf("ledger: reserve %s: %w", req.Key, err)
 	}
 	return res, nil
+}
+
+const legSelect = `
+SELECT position, kind, target, state, COALESCE(external_id, ''), COALESCE(request_id, ''),
+       already_done, calls, COALESCE(last_error, ''), done_at
+FROM action_leg`
+
+func collectLegs(rows pgx.Rows) (Legs, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LegRow, error) {
+		var l LegRow
+		err := r.Scan(&l.Position, &l.Kind, &l.Target, &l.State, &l.ExternalID, &l.RequestID,
+			&l.AlreadyDone, &l.Calls, &l.LastError, &l.DoneAt)
+		return l, err
+	})
+}
+
+func sameLegs(have Legs, want []supportflow.Leg) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i, l := range have {
+		if l.Leg() != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func describeLegs(ls Legs) string {
+	legs := make([]supportflow.Leg, len(ls))
+	for i, l := range ls {
+		legs[i] = l.Leg()
+	}
+	return describeRequest(legs)
+}
+
+func describeRequest(legs []supportflow.Leg) string {
+	parts := make([]string, len(legs))
+	for i, l := range legs {
+		parts[i] = string(l.Kind) + " " + l.Target
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // fenced is the condition every write after the claim carries.
@@ -290,117 +390,142 @@ func (l *Ledger) ExtendLease(ctx context.Context, id int64, claimant string, lea
 	return tag.RowsAffected() == 1, nil
 }
 
-// complete is true, inside an UPDATE of action, when the action has
-// nothing left to do: its comment (if any) landed, counting one this very
-// statement records as $3, and every cancellation succeeded.
-const complete = `(NOT has_comment OR zendesk_comment_id IS NOT NULL OR $3::bigint IS NOT NULL)
-   AND NOT EXISTS (SELECT 1 FROM action_cancellation c
-                   WHERE c.action_id = action.id AND c.state <> 'cancelled')`
-
-// finish is the tail of a fenced write that ends an attempt's work on a
-// leg: the action becomes 'applied' when it is complete; otherwise it stays
-// 'applying' with the lease released, so the next leg or attempt can claim
-// it at once.
-const finish = `
-state = CASE WHEN ` + complete + ` THEN 'applied' ELSE 'applying' END,
-lease_expires_at = NULL,
-settled_at = CASE WHEN ` + complete + ` THEN now() END,
-updated_at = now()`
-
-// RecordComment records that the comment landed (audit and comment IDs)
-// and ends the Zendesk leg: the action is applied if nothing else is left,
-// else its lease is released for the cancellation leg. A comment already
-// recorded keeps its IDs. It returns the resulting state, or won=false and
-// no change when the claim was lost.
-func (l *Ledger) RecordComment(ctx context.Context, id int64, claimant string, auditID, commentID int64) (state string, won bool, err error) {
-	err = l.db.QueryRow(ctx, `
-UPDATE action SET zendesk_audit_id = COALESCE(zendesk_audit_id, $4),
-       zendesk_comment_id = COALESCE(zendesk_comment_id, $3),
-       comment_landed_at = COALESCE(comment_landed_at, now()),
-       last_error = NULL, `+finish+`
-WHERE `+fenced+` RETURNING state`, id, claimant, commentID, auditID).Scan(&state)
-	return l.fencedResult(state, err, "record comment", id)
+// LegOutcome is what one call ended with for one leg.
+type LegOutcome struct {
+	Kind   supportflow.LegKind
+	Target string
+	// State is LegDone, LegFailed or LegUnknown (the answer was lost).
+	State string
+	// ExternalID and RequestID are the receiver's IDs, when done.
+	ExternalID, RequestID string
+	// AlreadyDone: the receiver said it was already so.
+	AlreadyDone bool
+	Error       string
+	// Resolved marks an outcome read from the receiver's state, not from a
+	// call: it does not count as a call.
+	Resolved bool
 }
 
-// Finish ends the attempt's work without a new comment: applied when
-// nothing is left, else the lease is released (with errMsg, if any, kept as
-// the last error).
-func (l *Ledger) Finish(ctx context.Context, id int64, claimant, errMsg string) (state string, won bool, err error) {
-	err = l.db.QueryRow(ctx, `
-UPDATE action SET last_error = NULLIF($4, ''), `+finish+`
-WHERE `+fenced+` RETURNING state`, id, claimant, nil, errMsg).Scan(&state)
-	return l.fencedResult(state, err, "finish", id)
+// RecordLegs writes outcomes, fenced on the claim: all or none. A leg
+// recorded done is never changed again (its IDs are kept). It returns
+// false, and changes nothing, when the claim was lost.
+func (l *Ledger) RecordLegs(ctx context.Context, id int64, claimant string, outcomes ...LegOutcome) (bool, error) {
+	_, won, err := l.record(ctx, id, claimant, outcomes, false, "")
+	if err != nil {
+		return false, fmt.Errorf("ledger: record legs of %d: %w", id, err)
+	}
+	return won, nil
 }
 
-func (l *Ledger) fencedResult(state string, err error, op string, id int64) (string, bool, error) {
-	if errors.Is(err, pgx.ErrNoRows) {
+// complete is true, inside an UPDATE of action, when every leg is done.
+const complete = `NOT EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state <> 'done')`
+
+// Finish records outcomes (if any) and ends the attempt's work, in one
+// transaction: the action becomes 'applied' when every leg is done;
+// otherwise it stays 'applying' with the lease released, so the next leg
+// or attempt can claim it at once, with errMsg (if any) kept as the last
+// error. It returns won=false, and changes nothing, when the claim was
+// lost.
+func (l *Ledger) Finish(ctx context.Context, id int64, claimant, errMsg string, outcomes ...LegOutcome) (state string, won bool, err error) {
+	state, won, err = l.record(ctx, id, claimant, outcomes, true, errMsg)
+	if err != nil {
+		return "", false, fmt.Errorf("ledger: finish %d: %w", id, err)
+	}
+	return state, won, nil
+}
+
+// record is RecordLegs and Finish: one transaction whose statements go in
+// one round trip, each fenced on the claim, so a lost claim changes
+// nothing.
+func (l *Ledger) record(ctx context.Context, id int64, claimant string, outcomes []LegOutcome, finish bool, errMsg string) (state string, won bool, err error) {
+	for _, o := range outcomes {
+		switch o.State {
+		case LegDone, LegFailed, LegUnknown:
+		default:
+			return "", false, fmt.Errorf("%w: leg outcome state %q", supportflow.ErrInvalidInput, o.State)
+		}
+	}
+	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM action WHERE `+fenced+` FOR UPDATE)`, id, claimant).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&won)
+		})
+		missing := 0
+		for _, o := range outcomes {
+			calls := 1
+			if o.Resolved {
+				calls = 0
+			}
+			// Unfenced on its own: the claim was checked (and locked) by the
+			// first statement, and a lost claim rolls all of it back.
+			b.Queue(`
+UPDATE action_leg SET
+  state = CASE WHEN state = 'done' THEN state ELSE $4 END,
+  external_id = CASE WHEN state = 'done' THEN external_id ELSE COALESCE(NULLIF($5, ''), external_id) END,
+  request_id = CASE WHEN state = 'done' THEN request_id ELSE COALESCE(NULLIF($6, ''), request_id) END,
+  already_done = already_done OR $7,
+  calls = calls + $8,
+  last_error = CASE WHEN $4 = 'done' AND state <> 'done' THEN NULL ELSE COALESCE(NULLIF($9, ''), last_error) END,
+  done_at = CASE WHEN state = 'done' THEN done_at WHEN $4 = 'done' THEN now() END,
+  updated_at = now()
+WHERE action_id = $1 AND kind = $2 AND target = $3`,
+				id, string(o.Kind), o.Target, o.State, o.ExternalID, o.RequestID, o.AlreadyDone, calls, o.Error).Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() != 1 {
+					missing++
+				}
+				return nil
+			})
+		}
+		if finish {
+			b.Queue(`
+UPDATE action SET last_error = NULLIF($3, ''),
+  state = CASE WHEN `+complete+` THEN 'applied' ELSE 'applying' END,
+  lease_expires_at = NULL,
+  settled_at = CASE WHEN `+complete+` THEN now() END,
+  updated_at = now()
+WHERE `+fenced+` RETURNING state`, id, claimant, errMsg).QueryRow(func(row pgx.Row) error {
+				err := row.Scan(&state)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !won {
+			return errNotHeld // roll back (nothing was written anyway)
+		}
+		if missing > 0 {
+			return fmt.Errorf("%w: action %d lacks %d of the legs recorded", supportflow.ErrInvalidInput, id, missing)
+		}
+		return nil
+	})
+	if errors.Is(err, errNotHeld) {
 		return "", false, nil
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("ledger: %s %d: %w", op, id, err)
-	}
-	return state, true, nil
+	return state, won, err
 }
 
-// CancellationOutcome is what one call to the subscription service ended
-// with.
-type CancellationOutcome struct {
-	// Cancelled is true when the subscription is now cancelled (including
-	// when it already was).
-	Cancelled        bool
-	AlreadyCancelled bool
-	// Unknown is true when the call may have landed but its answer was
-	// lost: the row says 'unknown' until a status read resolves it.
-	Unknown bool
-	// Error is the failure, when Cancelled is false.
-	Error string
-}
-
-// RecordCancellation writes the outcome of one call for one subscription,
-// fenced on the claim. A recorded success is never overwritten. It returns
-// false, and changes nothing, when the claim was lost.
-func (l *Ledger) RecordCancellation(ctx context.Context, id int64, claimant, subscriptionID string, o CancellationOutcome) (bool, error) {
-	state := "failed"
-	switch {
-	case o.Cancelled:
-		state = "cancelled"
-	case o.Unknown:
-		state = "unknown"
-	}
-	tag, err := l.db.Exec(ctx, `
-UPDATE action_cancellation c
-SET state = CASE WHEN c.state = 'cancelled' THEN c.state ELSE $4 END,
-    already_cancelled = c.already_cancelled OR $5,
-    calls = c.calls + 1,
-    last_error = NULLIF($6, ''),
-    updated_at = now()
-FROM action a
-WHERE c.action_id = a.id AND c.subscription_id = $3
-  AND a.id = $1 AND a.claimant = $2 AND a.state = 'applying'`,
-		id, claimant, subscriptionID, state, o.AlreadyCancelled, o.Error)
-	if err != nil {
-		return false, fmt.Errorf("ledger: record cancellation %s of %d: %w", subscriptionID, id, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
+var errNotHeld = errors.New("claim not held")
 
 // SettleFailed ends an action whose last attempt failed: 'partial_failure'
-// when some effect landed (the comment, or at least one cancellation),
-// 'failed' when none did. It is the one place a failure becomes terminal
-// and is called by the workflow once retries are over. It refuses, with a
+// when some leg landed, 'failed' when none did, 'needs_attention' when
+// heldBack says later legs (the reply) were held back because an earlier
+// one failed for good. It is the one place a failure becomes terminal and
+// is called by the workflow once retries are over. It refuses, with a
 // *LeaseHeldError, while a live claimant still works the action (a stale
 // attempt), and returns the state unchanged for an action already
-// terminal. An action never reserved gets a row, so its failure is
-// visible too.
+// terminal. An action never reserved gets a row (without legs), so its
+// failure is visible too.
 //
-// resolved gives the status read of every subscription left 'unknown'
-// (true: cancelled); it is applied first, so a lost answer is never
-// settled as a failure. A row still unknown without a resolution keeps
-// the action from settling (ErrUnresolved).
-//
-// heldBack says the reply was held back because a cancellation was
-// refused for good: the action ends 'needs_attention' instead.
-func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, hasComment bool, errMsg string, resolved map[string]bool, heldBack bool) (string, error) {
+// resolved gives the receiver's answer for every leg left 'unknown' (true:
+// it landed); it is applied first, so a lost answer is never settled as a
+// failure. A leg still unknown without a resolution keeps the action from
+// settling (ErrUnresolved). When every leg turns out done, the action is
+// 'applied'.
+func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, errMsg string, resolved map[supportflow.Leg]bool, heldBack bool) (string, error) {
 	proposalID, index, err := supportflow.ParseActionKey(key)
 	if err != nil {
 		return "", err
@@ -408,9 +533,9 @@ func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, h
 	var state string
 	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
-INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment)
-VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account, key) DO NOTHING`,
-			l.account, key, proposalID, index, ticketID, hasComment); err != nil {
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id)
+VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account, key) DO NOTHING`,
+			l.account, key, proposalID, index, ticketID); err != nil {
 			return err
 		}
 		var (
@@ -430,42 +555,36 @@ FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, key).Scan(&i
 		if remaining != nil {
 			return &LeaseHeldError{Key: key, Claimant: deref(claimant), ExpiresIn: *remaining}
 		}
-		for sub, cancelled := range resolved {
-			to := "failed"
-			if cancelled {
-				to = "cancelled"
+		for leg, landed := range resolved {
+			to := LegFailed
+			if landed {
+				to = LegDone
 			}
-			if _, err := tx.Exec(ctx, `UPDATE action_cancellation SET state = $3, updated_at = now()
-WHERE action_id = $1 AND subscription_id = $2 AND state = 'unknown'`, id, sub, to); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE action_leg SET state = $4, updated_at = now(),
+  done_at = CASE WHEN $4 = 'done' THEN now() END
+WHERE action_id = $1 AND kind = $2 AND target = $3 AND state = 'unknown'`, id, string(leg.Kind), leg.Target, to); err != nil {
 				return err
 			}
 		}
-		var unknown int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM action_cancellation WHERE action_id = $1 AND state = 'unknown'`, id).Scan(&unknown); err != nil {
+		var legs, done, unknown int
+		if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'unknown')
+FROM action_leg WHERE action_id = $1`, id).Scan(&legs, &done, &unknown); err != nil {
 			return err
 		}
 		if unknown > 0 {
-			return fmt.Errorf("%w: %d cancellations of %s", ErrUnresolved, unknown, key)
+			return fmt.Errorf("%w: %d legs of %s", ErrUnresolved, unknown, key)
 		}
-		// Every leg may have succeeded after all (a lost answer resolved
-		// as cancelled): the action is applied, not failed.
-		var done bool
-		if err := tx.QueryRow(ctx, `SELECT (NOT has_comment OR zendesk_comment_id IS NOT NULL)
-   AND NOT EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = $1 AND c.state <> 'cancelled')
-FROM action WHERE id = $1`, id).Scan(&done); err != nil {
-			return err
-		}
-		if done && len(resolved) > 0 {
+		if legs > 0 && done == legs {
+			// Every leg succeeded after all (a lost answer resolved as
+			// landed): the action is applied, not failed.
 			return tx.QueryRow(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
 settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
 		}
 		return tx.QueryRow(ctx, `
 UPDATE action SET
-  state = CASE WHEN $3 AND zendesk_comment_id IS NULL
-                    AND EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'failed')
+  state = CASE WHEN $3 AND EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state = 'failed')
                THEN 'needs_attention'
-               WHEN zendesk_comment_id IS NOT NULL
-                 OR EXISTS (SELECT 1 FROM action_cancellation c WHERE c.action_id = action.id AND c.state = 'cancelled')
+               WHEN EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state = 'done')
                THEN 'partial_failure' ELSE 'failed' END,
   last_error = COALESCE(NULLIF($2, ''), last_error),
   lease_expires_at = NULL, settled_at = now(), updated_at = now()
@@ -484,39 +603,37 @@ func deref(s *string) string {
 	return *s
 }
 
-// Action is one ledger row with its cancellations, as operators and the
-// API see it.
+// Action is one ledger row with its legs, as operators and the API see it.
 type Action struct {
 	ID             int64
 	Account, Key   string
 	ProposalID     string
 	Index          int
 	TicketID       int64
-	HasComment     bool
 	State          string
 	Claimant       string
 	LeaseExpiresAt *time.Time
 	Attempts       int
 	LastError      string
-	AuditID        int64
-	CommentID      int64
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	SettledAt      *time.Time
-	Cancellations  []Cancellation
+	Legs           Legs
 }
 
-// Cancellation is one action_cancellation row.
-type Cancellation struct {
-	SubscriptionID   string
-	State            string
-	AlreadyCancelled bool
-	Calls            int
-	LastError        string
+// CommentID is the ID of the reply's comment once it landed, else 0.
+func (a Action) CommentID() int64 {
+	for _, l := range a.Legs.Of(supportflow.LegReply) {
+		if l.State == LegDone {
+			id, _ := strconv.ParseInt(l.ExternalID, 10, 64)
+			return id
+		}
+	}
+	return 0
 }
 
-// Get reads one action and its cancellations. A malformed key is an error
-// wrapping supportflow.ErrInvalidInput; an unknown one wraps ErrNotFound.
+// Get reads one action and its legs. A malformed key is an error wrapping
+// supportflow.ErrInvalidInput; an unknown one wraps ErrNotFound.
 func (l *Ledger) Get(ctx context.Context, key string) (Action, error) {
 	if _, _, err := supportflow.ParseActionKey(key); err != nil {
 		return Action{}, err
@@ -524,16 +641,13 @@ func (l *Ledger) Get(ctx context.Context, key string) (Action, error) {
 	var (
 		a                   Action
 		claimant, lastError *string
-		auditID, commentID  *int64
 	)
 	err := l.db.QueryRow(ctx, `
-SELECT id, account, key, proposal_id, action_index, ticket_id, has_comment, state, claimant,
-       lease_expires_at, attempts, last_error, zendesk_audit_id, zendesk_comment_id,
-       created_at, updated_at, settled_at
+SELECT id, account, key, proposal_id, action_index, ticket_id, state, claimant,
+       lease_expires_at, attempts, last_error, created_at, updated_at, settled_at
 FROM action WHERE account = $1 AND key = $2`, l.account, key).Scan(
-		&a.ID, &a.Account, &a.Key, &a.ProposalID, &a.Index, &a.TicketID, &a.HasComment, &a.State, &claimant,
-		&a.LeaseExpiresAt, &a.Attempts, &lastError, &auditID, &commentID,
-		&a.CreatedAt, &a.UpdatedAt, &a.SettledAt)
+		&a.ID, &a.Account, &a.Key, &a.ProposalID, &a.Index, &a.TicketID, &a.State, &claimant,
+		&a.LeaseExpiresAt, &a.Attempts, &lastError, &a.CreatedAt, &a.UpdatedAt, &a.SettledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Action{}, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
@@ -541,25 +655,12 @@ FROM action WHERE account = $1 AND key = $2`, l.account, key).Scan(
 		return Action{}, fmt.Errorf("ledger: get %s: %w", key, err)
 	}
 	a.Claimant, a.LastError = deref(claimant), deref(lastError)
-	if auditID != nil {
-		a.AuditID = *auditID
-	}
-	if commentID != nil {
-		a.CommentID = *commentID
-	}
-	rows, err := l.db.Query(ctx, `
-SELECT subscription_id, state, already_cancelled, calls, COALESCE(last_error, '')
-FROM action_cancellation WHERE action_id = $1 ORDER BY position`, a.ID)
+	rows, err := l.db.Query(ctx, legSelect+` WHERE action_id = $1 ORDER BY position`, a.ID)
 	if err != nil {
-		return Action{}, fmt.Errorf("ledger: get %s cancellations: %w", key, err)
+		return Action{}, fmt.Errorf("ledger: get %s legs: %w", key, err)
 	}
-	a.Cancellations, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Cancellation, error) {
-		var c Cancellation
-		err := r.Scan(&c.SubscriptionID, &c.State, &c.AlreadyCancelled, &c.Calls, &c.LastError)
-		return c, err
-	})
-	if err != nil {
-		return Action{}, fmt.Errorf("ledger: get %s cancellations: %w", key, err)
+	if a.Legs, err = collectLegs(rows); err != nil {
+		return Action{}, fmt.Errorf("ledger: get %s legs: %w", key, err)
 	}
 	return a, nil
 }

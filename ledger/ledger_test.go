@@ -39,8 +39,21 @@ func newLedger(t testing.TB) (*ledger.Ledger, *pgxpool.Pool) {
 	return ledger.New(pool, account), pool
 }
 
+// req reserves an action on ticket 42 that cancels subs and then replies.
 func req(key, claimant string, lease time.Duration, subs ...string) ledger.ReserveRequest {
-	return ledger.ReserveRequest{Key: key, TicketID: 42, HasComment: true, Subscriptions: subs, Claimant: claimant, Lease: lease}
+	act := supportflow.Action{TicketID: 42, Comment: &supportflow.Comment{Body: "Done.", Public: true}, CancelSubscriptions: subs}
+	return ledger.ReserveRequest{Key: key, TicketID: 42, Legs: act.Legs(), Claimant: claimant, Lease: lease}
+}
+
+// replied is the reply leg's outcome once its comment landed.
+func replied(auditID, commentID int64) ledger.LegOutcome {
+	return ledger.LegOutcome{Kind: supportflow.LegReply, Target: "42", State: ledger.LegDone,
+		RequestID: fmt.Sprint(auditID), ExternalID: fmt.Sprint(commentID)}
+}
+
+// cancelled is one cancellation leg's outcome.
+func cancelled(sub, state, errMsg string) ledger.LegOutcome {
+	return ledger.LegOutcome{Kind: supportflow.LegCancelSubscription, Target: sub, State: state, Error: errMsg}
 }
 
 func TestReserve_FiftyConcurrentReserversExactlyOneWins(t *testing.T) {
@@ -83,7 +96,8 @@ func TestReserve_FiftyConcurrentReserversExactlyOneWins(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateApplying, a.State)
 	assert.Equal(t, 1, a.Attempts)
-	require.Len(t, a.Cancellations, 1, "one cancellation row per subscription, however many reservers")
+	require.Len(t, a.Legs, 2, "one row per leg, however many reservers")
+	assert.Equal(t, []string{"sub-a"}, a.Legs.InState(supportflow.LegCancelSubscription, ledger.LegPending))
 }
 
 func TestReserve_LiveLeaseIsNotTakenOver_ExpiredOneIs(t *testing.T) {
@@ -140,10 +154,10 @@ func TestFencedWrites_LostClaimantGetsFalseAndChangesNothing(t *testing.T) {
 	won, err := l.ExtendLease(ctx, stale.ID, "A", time.Minute)
 	require.NoError(t, err)
 	assert.False(t, won, "extend lease")
-	_, won, err = l.RecordComment(ctx, stale.ID, "A", 7, 8)
+	_, won, err = l.Finish(ctx, stale.ID, "A", "", replied(7, 8))
 	require.NoError(t, err)
 	assert.False(t, won, "record comment")
-	won, err = l.RecordCancellation(ctx, stale.ID, "A", "sub-a", ledger.CancellationOutcome{Cancelled: true})
+	won, err = l.RecordLegs(ctx, stale.ID, "A", cancelled("sub-a", ledger.LegDone, ""))
 	require.NoError(t, err)
 	assert.False(t, won, "record cancellation")
 	_, won, err = l.Finish(ctx, stale.ID, "A", "boom")
@@ -162,23 +176,23 @@ func TestAppliedDeduplicates_PartialFailureRerunsOnlyWhatIsLeft(t *testing.T) {
 
 	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute, "sub-a", "sub-b"))
 	require.NoError(t, err)
-	state, won, err := l.RecordComment(ctx, r.ID, "A", 100, 101)
+	state, won, err := l.Finish(ctx, r.ID, "A", "", replied(100, 101))
 	require.NoError(t, err)
 	require.True(t, won)
 	assert.Equal(t, supportflow.StateApplying, state, "cancellations are still to do")
 
 	r2, err := l.Reserve(ctx, req("p1:0", "A2", time.Minute, "sub-a", "sub-b"))
 	require.NoError(t, err, "a released claim is taken at once")
-	assert.True(t, r2.CommentLanded())
-	won, err = l.RecordCancellation(ctx, r2.ID, "A2", "sub-a", ledger.CancellationOutcome{Cancelled: true})
+	assert.Equal(t, []string{"42"}, r2.Legs.InState(supportflow.LegReply, ledger.LegDone))
+	won, err = l.RecordLegs(ctx, r2.ID, "A2", cancelled("sub-a", ledger.LegDone, ""))
 	require.NoError(t, err)
 	require.True(t, won)
-	won, err = l.RecordCancellation(ctx, r2.ID, "A2", "sub-b", ledger.CancellationOutcome{Error: "HTTP 422: subscription is locked"})
+	won, err = l.RecordLegs(ctx, r2.ID, "A2", cancelled("sub-b", ledger.LegFailed, "HTTP 422: subscription is locked"))
 	require.NoError(t, err)
 	require.True(t, won)
 	_, _, err = l.Finish(ctx, r2.ID, "A2", "subscription sub-b refused")
 	require.NoError(t, err)
-	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "subscription sub-b refused", nil, false)
+	state, err = l.SettleFailed(ctx, "p1:0", 42, "subscription sub-b refused", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, state)
 
@@ -186,9 +200,11 @@ func TestAppliedDeduplicates_PartialFailureRerunsOnlyWhatIsLeft(t *testing.T) {
 	r3, err := l.Reserve(ctx, req("p1:0", "C", time.Minute, "sub-a", "sub-b"))
 	require.NoError(t, err)
 	assert.False(t, r3.Applied, "only applied deduplicates")
-	assert.Equal(t, int64(101), r3.CommentID)
-	assert.Equal(t, []string{"sub-a"}, r3.Cancelled)
-	won, err = l.RecordCancellation(ctx, r3.ID, "C", "sub-b", ledger.CancellationOutcome{Cancelled: true})
+	reply, _ := r3.Legs.Find(supportflow.LegReply, "42")
+	assert.Equal(t, "101", reply.ExternalID)
+	assert.Equal(t, "100", reply.RequestID)
+	assert.Equal(t, []string{"sub-a"}, r3.Legs.InState(supportflow.LegCancelSubscription, ledger.LegDone))
+	won, err = l.RecordLegs(ctx, r3.ID, "C", cancelled("sub-b", ledger.LegDone, ""))
 	require.NoError(t, err)
 	require.True(t, won)
 	state, won, err = l.Finish(ctx, r3.ID, "C", "")
@@ -206,32 +222,39 @@ func TestAppliedDeduplicates_PartialFailureRerunsOnlyWhatIsLeft(t *testing.T) {
 	assert.Empty(t, a.LastError)
 }
 
-func TestRecordCancellation_FailureIsRecordedAndSuccessNeverDowngraded(t *testing.T) {
+func TestRecordLegs_FailureIsRecordedAndSuccessNeverDowngraded(t *testing.T) {
 	t.Parallel()
 	l, _ := newLedger(t)
 	ctx := context.Background()
-	r, err := l.Reserve(ctx, ledger.ReserveRequest{Key: "p1:0", TicketID: 42, Subscriptions: []string{"sub-a"}, Claimant: "A", Lease: time.Minute})
+	legs := supportflow.Action{TicketID: 42, CancelSubscriptions: []string{"sub-a"}}.Legs()
+	r, err := l.Reserve(ctx, ledger.ReserveRequest{Key: "p1:0", TicketID: 42, Legs: legs, Claimant: "A", Lease: time.Minute})
 	require.NoError(t, err)
 
-	won, err := l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Error: "connection reset"})
+	won, err := l.RecordLegs(ctx, r.ID, "A", cancelled("sub-a", ledger.LegFailed, "connection reset"))
 	require.NoError(t, err)
 	require.True(t, won)
 	a, err := l.Get(ctx, "p1:0")
 	require.NoError(t, err)
-	require.Len(t, a.Cancellations, 1)
-	assert.Equal(t, "failed", a.Cancellations[0].State)
-	assert.Equal(t, "connection reset", a.Cancellations[0].LastError)
-	assert.Equal(t, 1, a.Cancellations[0].Calls)
+	require.Len(t, a.Legs, 1)
+	assert.Equal(t, ledger.LegFailed, a.Legs[0].State)
+	assert.Equal(t, "connection reset", a.Legs[0].LastError)
+	assert.Equal(t, 1, a.Legs[0].Calls)
 
-	_, err = l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Cancelled: true, AlreadyCancelled: true})
+	done := cancelled("sub-a", ledger.LegDone, "")
+	done.AlreadyDone = true
+	_, err = l.RecordLegs(ctx, r.ID, "A", done)
 	require.NoError(t, err)
-	_, err = l.RecordCancellation(ctx, r.ID, "A", "sub-a", ledger.CancellationOutcome{Error: "late failure"})
+	_, err = l.RecordLegs(ctx, r.ID, "A", cancelled("sub-a", ledger.LegFailed, "late failure"))
 	require.NoError(t, err)
 	a, err = l.Get(ctx, "p1:0")
 	require.NoError(t, err)
-	assert.Equal(t, "cancelled", a.Cancellations[0].State, "a success is never overwritten")
-	assert.True(t, a.Cancellations[0].AlreadyCancelled)
-	assert.Equal(t, 3, a.Cancellations[0].Calls)
+	assert.Equal(t, ledger.LegDone, a.Legs[0].State, "a success is never overwritten")
+	assert.True(t, a.Legs[0].AlreadyDone)
+	assert.Equal(t, 3, a.Legs[0].Calls)
+	assert.NotNil(t, a.Legs[0].DoneAt)
+
+	_, err = l.RecordLegs(ctx, r.ID, "A", cancelled("sub-zz", ledger.LegDone, ""))
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "a leg the action does not have")
 
 	state, won, err := l.Finish(ctx, r.ID, "A", "")
 	require.NoError(t, err)
@@ -247,11 +270,11 @@ func TestSettleFailed(t *testing.T) {
 	// Nothing landed: failed.
 	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute))
 	require.NoError(t, err)
-	_, err = l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404", nil, false)
+	_, err = l.SettleFailed(ctx, "p1:0", 42, "HTTP 404", nil, false)
 	require.ErrorIs(t, err, ledger.ErrLeaseHeld, "a live claimant is never settled under its feet")
 	_, _, err = l.Finish(ctx, r.ID, "A", "HTTP 404: ticket not found")
 	require.NoError(t, err)
-	state, err := l.SettleFailed(ctx, "p1:0", 42, true, "HTTP 404: ticket not found", nil, false)
+	state, err := l.SettleFailed(ctx, "p1:0", 42, "HTTP 404: ticket not found", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 	a, err := l.Get(ctx, "p1:0")
@@ -260,13 +283,13 @@ func TestSettleFailed(t *testing.T) {
 	assert.NotNil(t, a.SettledAt)
 
 	// Settling again is a no-op that reports the terminal state.
-	state, err = l.SettleFailed(ctx, "p1:0", 42, true, "other", nil, false)
+	state, err = l.SettleFailed(ctx, "p1:0", 42, "other", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 
 	// Never reserved (the first attempt failed before its claim): a row
 	// still records the failure.
-	state, err = l.SettleFailed(ctx, "p2:3", 43, false, "deadline exceeded", nil, false)
+	state, err = l.SettleFailed(ctx, "p2:3", 43, "deadline exceeded", nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, state)
 	a, err = l.Get(ctx, "p2:3")
@@ -411,7 +434,7 @@ func TestReserve_SameKeyOtherContentIsAConflict(t *testing.T) {
 	r.Digest = ledger.ContentDigest(first)
 	res, err := l.Reserve(ctx, r)
 	require.NoError(t, err)
-	_, won, err := l.RecordComment(ctx, res.ID, "A", 1, 2)
+	_, won, err := l.Finish(ctx, res.ID, "A", "", replied(1, 2))
 	require.NoError(t, err)
 	require.True(t, won)
 
@@ -428,4 +451,70 @@ func TestReserve_SameKeyOtherContentIsAConflict(t *testing.T) {
 	_, err = l.Reserve(ctx, r2)
 	assert.ErrorIs(t, err, ledger.ErrConflict)
 	assert.NotEqual(t, ledger.ContentDigest(first), ledger.ContentDigest(supportflow.Action{TicketID: 42, Comment: first.Comment, CancelSubscriptions: []string{"s"}}))
+}
+
+// A key reserved with other legs (another subscription, a ticket update
+// added) is another action: refused, whatever the digest says.
+func TestReserve_OtherLegsAreAConflict(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+	_, err := l.Reserve(ctx, req("p1:0", "A", time.Minute, "sub-a"))
+	require.NoError(t, err)
+	for name, other := range map[string]ledger.ReserveRequest{
+		"other subscription": req("p1:0", "B", time.Minute, "sub-b"),
+		"one more":           req("p1:0", "B", time.Minute, "sub-a", "sub-b"),
+		"ticket update added": func() ledger.ReserveRequest {
+			r := req("p1:0", "B", time.Minute, "sub-a")
+			r.Legs = supportflow.Action{TicketID: 42, Comment: &supportflow.Comment{Body: "x"}, CancelSubscriptions: []string{"sub-a"},
+				UpdateTicket: &supportflow.TicketUpdate{Status: "pending"}}.Legs()
+			return r
+		}(),
+	} {
+		_, err := l.Reserve(ctx, other)
+		assert.ErrorIs(t, err, ledger.ErrConflict, name)
+	}
+	bad := req("p2:0", "A", time.Minute)
+	bad.Legs = []supportflow.Leg{{Kind: "refund", Target: "r-1"}}
+	_, err = l.Reserve(ctx, bad)
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "an unknown leg kind")
+	bad.Legs = nil
+	_, err = l.Reserve(ctx, bad)
+	assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "no legs")
+}
+
+// Settling: a refused cancellation that held the reply back ends
+// needs_attention; an unknown leg blocks settling until resolved, and one
+// resolved as landed can complete the action.
+func TestSettleFailed_NeedsAttentionAndUnknownLegs(t *testing.T) {
+	t.Parallel()
+	l, _ := newLedger(t)
+	ctx := context.Background()
+
+	r, err := l.Reserve(ctx, req("p1:0", "A", time.Minute, "sub-a", "sub-b"))
+	require.NoError(t, err)
+	_, _, err = l.Finish(ctx, r.ID, "A", "sub-b refused", cancelled("sub-a", ledger.LegDone, ""), cancelled("sub-b", ledger.LegFailed, "HTTP 422"))
+	require.NoError(t, err)
+	state, err := l.SettleFailed(ctx, "p1:0", 42, "sub-b refused", nil, true)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateNeedsAttention, state)
+
+	r, err = l.Reserve(ctx, req("p2:0", "A", time.Minute, "sub-c"))
+	require.NoError(t, err)
+	_, _, err = l.Finish(ctx, r.ID, "A", "lost", cancelled("sub-c", ledger.LegUnknown, "connection reset"))
+	require.NoError(t, err)
+	_, err = l.SettleFailed(ctx, "p2:0", 42, "lost", nil, false)
+	require.ErrorIs(t, err, ledger.ErrUnresolved, "unknown is not failed")
+	state, err = l.SettleFailed(ctx, "p2:0", 42, "lost", map[supportflow.Leg]bool{{Kind: supportflow.LegCancelSubscription, Target: "sub-c"}: true}, false)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StatePartialFailure, state, "the cancellation landed; the reply did not")
+
+	r, err = l.Reserve(ctx, ledger.ReserveRequest{Key: "p3:0", TicketID: 42, Claimant: "A", Lease: time.Minute,
+		Legs: []supportflow.Leg{{Kind: supportflow.LegCancelSubscription, Target: "sub-d"}}})
+	require.NoError(t, err)
+	_, _, err = l.Finish(ctx, r.ID, "A", "lost", cancelled("sub-d", ledger.LegUnknown, "timeout"))
+	require.NoError(t, err)
+	state, err = l.SettleFailed(ctx, "p3:0", 42, "lost", map[supportflow.Leg]bool{{Kind: supportflow.LegCancelSubscription, Target: "sub-d"}: true}, false)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, state, "every leg turned out done")
 }

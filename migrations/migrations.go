@@ -39,6 +39,20 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (int32, error) {
 	return v, nil
 }
 
+// migrateTo brings the database to exactly version v (up or down); the
+// tests use it to check that a migration moves the rows of the schema
+// before it.
+func migrateTo(ctx context.Context, conn *pgx.Conn, v int32) error {
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if err := m.LoadMigrations(files); err != nil {
+		return fmt.Errorf("migrations: load: %w", err)
+	}
+	return m.MigrateTo(ctx, v)
+}
+
 // MigrateURL connects to databaseURL, migrates and disconnects.
 func MigrateURL(ctx context.Context, databaseURL string) (int32, error) {
 	conn, err := pgx.Connect(ctx, databaseURL)

@@ -47,7 +47,7 @@ func TestExecution_WorkerKilledDuringZendeskWrite(t *testing.T) {
 	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
 	a := s.action("killed-zd:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
-	assert.Equal(t, s.zd.Comments(ticket)[0].ID, a.CommentID, "the ledger recorded the comment found on the audit")
+	assert.Equal(t, s.zd.Comments(ticket)[0].ID, a.CommentID(), "the ledger recorded the comment found on the audit")
 	assert.GreaterOrEqual(t, a.Attempts, 2)
 }
 
@@ -82,8 +82,8 @@ func TestExecution_WorkerKilledDuringCancellations(t *testing.T) {
 	assert.Equal(t, 1, s.subs.CancelCalls("sub-1"), "a recorded success is not sent again")
 	a := s.action("killed-subs:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
-	require.Len(t, a.Cancellations, 3)
-	assert.True(t, a.Cancellations[1].AlreadyCancelled, "sub-2's lost outcome was recovered as already cancelled")
+	require.Len(t, a.Legs.Of(supportflow.LegCancelSubscription), 3)
+	assert.True(t, a.Legs.Of(supportflow.LegCancelSubscription)[1].AlreadyDone, "sub-2's lost outcome was recovered as already cancelled")
 }
 
 // Zendesk accepts the comment and the connection drops before the answer.
@@ -104,7 +104,7 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
 	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
 	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"))
-	assert.Equal(t, s.zd.Comments(ticket)[0].ID, s.action("lost-1:0").CommentID)
+	assert.Equal(t, s.zd.Comments(ticket)[0].ID, s.action("lost-1:0").CommentID())
 
 	// 2. The answer is lost and the audit search is refused, so the action
 	// ends failed with its comment on the ticket but not in the ledger.
@@ -129,7 +129,7 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	assert.Equal(t, 1, s.zd.CommentCount(other), "exactly one comment after re-approval")
 	a := s.action("lost-2:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
-	assert.Equal(t, s.zd.Comments(other)[0].ID, a.CommentID)
+	assert.Equal(t, s.zd.Comments(other)[0].ID, a.CommentID())
 }
 
 // A cancellation is refused for good, the action ends partial_failure;

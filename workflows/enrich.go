@@ -184,7 +184,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 				st.Error = "the lookup was recorded, but its note on the ticket failed: " + errorMessage(err)
 				if workflow.GetVersion(ctx, versionSettleFailedNote, workflow.DefaultVersion, 1) == 1 {
 					// The note's ledger row must not stay 'applying'.
-					settle := activities.SettleInput{Key: key, TicketID: req.TicketID, HasComment: true, Error: st.Error}
+					settle := activities.SettleInput{Key: key, TicketID: req.TicketID, Error: st.Error}
 					sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
 					if serr := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, nil); serr != nil {
 						return st, serr

@@ -78,8 +78,9 @@ func CancelSubscriptionsDeadline(d policy.Durations, subscriptions int) time.Dur
 }
 
 // ExecuteProposal runs an approved proposal's actions in order, each
-// exactly once: the Zendesk leg (PostReply), then the cancellation leg
-// (CancelSubscriptions). Its workflow ID is ExecuteWorkflowID(proposal ID),
+// exactly once: the cancellation legs (CancelSubscriptions), then the
+// Zendesk legs, ticket update and reply in one update (PostReply), only
+// once every cancellation succeeded. Its workflow ID is ExecuteWorkflowID(proposal ID),
 // started with conflict policy USE_EXISTING so a second approval joins it.
 //
 // An action whose last attempt fails is settled in the ledger
@@ -139,11 +140,11 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 				legErr = cancelLeg()
 				cancelFailed = legErr != nil
 			}
-			if legErr == nil && act.Comment != nil {
+			if legErr == nil && act.HasZendeskLeg() {
 				legErr = reply()
 			}
 		} else {
-			if act.Comment != nil {
+			if act.HasZendeskLeg() {
 				legErr = reply()
 			}
 			if legErr == nil && len(act.CancelSubscriptions) > 0 {
@@ -164,8 +165,8 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
 			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
 		}
-		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, HasComment: act.Comment != nil, Error: st.Error,
-			HeldBack: cancelFailed && act.Comment != nil}
+		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error,
+			HeldBack: cancelFailed && act.HasZendeskLeg()}
 		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
 			return statuses, err
 		}

@@ -239,7 +239,7 @@ func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
 		a, err := r.Ledger.Get(context.Background(), key)
 		require.NoError(t, err)
 		assert.Equal(t, supportflow.StateApplied, a.State, key)
-		assert.NotZero(t, a.CommentID, key)
+		assert.NotZero(t, a.CommentID(), key)
 	}
 	res, err := env.QueryWorkflow(supportflow.ActionsQuery)
 	require.NoError(t, err)
@@ -312,8 +312,8 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	a, err := r.Ledger.Get(context.Background(), "p-partial:0")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateNeedsAttention, a.State)
-	require.Len(t, a.Cancellations, 2)
-	assert.Equal(t, "failed", a.Cancellations[0].State)
-	assert.Contains(t, a.Cancellations[0].LastError, "404")
-	assert.Equal(t, "cancelled", a.Cancellations[1].State)
+	require.Len(t, a.Legs.Of(supportflow.LegCancelSubscription), 2)
+	assert.Equal(t, "failed", a.Legs.Of(supportflow.LegCancelSubscription)[0].State)
+	assert.Contains(t, a.Legs.Of(supportflow.LegCancelSubscription)[0].LastError, "404")
+	assert.Equal(t, "done", a.Legs.Of(supportflow.LegCancelSubscription)[1].State)
 }

@@ -35,8 +35,9 @@ func TestPruneRetention_DeletesOnlyOldTerminalRows(t *testing.T) {
 		{"new-applied:0", "applied", time.Now()},
 	} {
 		pid := a.key[:len(a.key)-2]
-		exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state, updated_at)
-VALUES ($1, $2, $3, 0, 7, true, $4, $5)`, acct, a.key, pid, a.state, a.at)
+		exec(`WITH a AS (INSERT INTO action (account, key, proposal_id, action_index, ticket_id, state, updated_at)
+VALUES ($1, $2, $3, 0, 7, $4, $5) RETURNING id)
+INSERT INTO action_leg (action_id, position, kind, target) SELECT id, 0, 'reply', '7' FROM a`, acct, a.key, pid, a.state, a.at)
 	}
 	for i, p := range []struct {
 		id, state string
@@ -53,8 +54,8 @@ VALUES ($1, $2, $3, 0, 7, true, $4, $5)`, acct, a.key, pid, a.state, a.at)
 VALUES ($1, $2, $3, $4, 'r', now() + make_interval(secs => $5), $6)`, acct, p.id, p.ticket, p.state, i, p.at)
 	}
 	// Another account's old terminal rows are not this worker's to prune.
-	exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state, updated_at)
-VALUES ('other', 'old-applied:0', 'old-applied', 0, 7, true, 'applied', $1)`, old)
+	exec(`INSERT INTO action (account, key, proposal_id, action_index, ticket_id, state, updated_at)
+VALUES ('other', 'old-applied:0', 'old-applied', 0, 7, 'applied', $1)`, old)
 	exec(`INSERT INTO lookup_log (account, ticket_id, workflow_id, run_id, activity_id, attempt, outcome, started_at, finished_at)
 VALUES ('other', 7, 'w', 'r', '1', 1, 'found', $1, $1)`, old)
 	for _, l := range []struct {
@@ -100,6 +101,8 @@ VALUES ($1, $2, 7, 'zen:event-type:ticket.created', 'webhook', $4::timestamptz, 
 		return out
 	}
 	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"}, left(`SELECT key FROM action WHERE account = 'acme'`))
+	assert.ElementsMatch(t, []string{"old-pending:0", "old-applying:0", "new-applied:0"},
+		left(`SELECT a.key FROM action_leg l JOIN action a ON a.id = l.action_id`), "a pruned action's legs go with it")
 	assert.ElementsMatch(t, []string{"p-awaiting", "p-executing", "p-new-done", "p-only-of-8"}, left(`SELECT proposal_id FROM proposal`))
 	assert.ElementsMatch(t, []string{"running", "found"}, left(`SELECT outcome FROM lookup_log WHERE account = 'acme'`))
 	assert.ElementsMatch(t, []string{"old-undispatched", "new"}, left(`SELECT event_id FROM ticket_event`))

@@ -298,7 +298,20 @@ type ActionView struct {
 	Attempts      int                `json:"attempts"`
 	CommentID     int64              `json:"comment_id,omitempty"`
 	Cancellations []CancellationView `json:"cancellations"`
-	UpdatedAt     time.Time          `json:"updated_at"`
+	// Legs are every leg of the action in the order they run.
+	Legs      []LegView `json:"legs"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// LegView is one leg of an action: its kind (cancel_subscription,
+// ticket_update, reply), target, state (pending, done, failed, unknown)
+// and the receiver's ID of its effect.
+type LegView struct {
+	Kind       string `json:"kind"`
+	Target     string `json:"target"`
+	State      string `json:"state"`
+	ExternalID string `json:"external_id,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // CancellationView is one subscription of an action.
@@ -323,9 +336,18 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := ActionView{Key: a.Key, TicketID: a.TicketID, State: a.State, Error: a.LastError, Attempts: a.Attempts,
-		CommentID: a.CommentID, Cancellations: []CancellationView{}, UpdatedAt: a.UpdatedAt}
-	for _, c := range a.Cancellations {
-		v.Cancellations = append(v.Cancellations, CancellationView{SubscriptionID: c.SubscriptionID, State: c.State, Error: c.LastError})
+		CommentID: a.CommentID(), Cancellations: []CancellationView{}, Legs: []LegView{}, UpdatedAt: a.UpdatedAt}
+	for _, l := range a.Legs {
+		v.Legs = append(v.Legs, LegView{Kind: string(l.Kind), Target: l.Target, State: l.State, ExternalID: l.ExternalID, Error: l.LastError})
+		if l.Kind == supportflow.LegCancelSubscription {
+			// The cancellations keep the words they had before legs
+			// were rows: a done cancellation is "cancelled".
+			state := l.State
+			if state == ledger.LegDone {
+				state = "cancelled"
+			}
+			v.Cancellations = append(v.Cancellations, CancellationView{SubscriptionID: l.Target, State: state, Error: l.LastError})
+		}
 	}
 	writeJSON(w, http.StatusOK, v)
 }

@@ -85,7 +85,8 @@ func (c *Client) API() *zendesk.Client { return c.api }
 // metadata.custom.
 const MetadataKey = "supportflow_action_key"
 
-// Landed identifies a comment on a ticket.
+// Landed identifies a ticket update of ours: its audit and, when it
+// carried a comment, the comment.
 type Landed struct {
 	AuditID   int64
 	CommentID int64
@@ -95,61 +96,89 @@ type Landed struct {
 // of a safe update.
 type Stamp string
 
-// TicketStamp reads the ticket's updated_at, for a safe update.
-func (c *Client) TicketStamp(ctx context.Context, ticketID int64) (Stamp, error) {
+// TicketState is what a safe update needs to know of the ticket: its stamp
+// and its tags (an update that adds tags sends the whole list).
+type TicketState struct {
+	Stamp  Stamp
+	Status string
+	Tags   []string
+}
+
+// ReadTicket reads the ticket's updated_at, status and tags, for a safe
+// update.
+func (c *Client) ReadTicket(ctx context.Context, ticketID int64) (TicketState, error) {
 	op := "show ticket " + strconv.FormatInt(ticketID, 10)
 	var resp struct {
 		Ticket struct {
-			UpdatedAt string `json:"updated_at"`
+			UpdatedAt string   `json:"updated_at"`
+			Status    string   `json:"status"`
+			Tags      []string `json:"tags"`
 		} `json:"ticket"`
 	}
 	if err := c.getJSON(ctx, op, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", &resp); err != nil {
-		return "", err
+		return TicketState{}, err
 	}
 	if resp.Ticket.UpdatedAt == "" {
-		return "", &Error{Op: op, Err: fmt.Errorf("no updated_at in the answer")}
+		return TicketState{}, &Error{Op: op, Err: fmt.Errorf("no updated_at in the answer")}
 	}
-	return Stamp(resp.Ticket.UpdatedAt), nil
+	return TicketState{Stamp: Stamp(resp.Ticket.UpdatedAt), Status: resp.Ticket.Status, Tags: resp.Ticket.Tags}, nil
 }
 
-// PostComment adds comment to the ticket with actionKey in the update's
+// Update is one ticket update of ours: a comment, a status, tags, or any
+// of them together. Tags is the ticket's whole tag list afterwards
+// (Zendesk's Update Ticket replaces it), nil to leave the tags alone.
+type Update struct {
+	Comment *supportflow.Comment
+	Status  string
+	Tags    []string
+}
+
+// UpdateTicket applies u to the ticket with actionKey in the update's
 // audit metadata, so that a later attempt can find it (FindAction) even if
 // this call's response is lost. It is a safe update: Zendesk applies it
 // only while the ticket's updated_at is still stamp, and answers 409
 // (Error.Conflict) otherwise. So a write that lands late, after another
-// attempt has posted, is refused by Zendesk itself. Zendesk does not
-// deduplicate: two applied calls post twice.
+// attempt has written, is refused by Zendesk itself, and a tag list read
+// before cannot overwrite a tag added since. Zendesk does not
+// deduplicate: two applied calls post two comments.
 // https://developer.zendesk.com/documentation/ticketing/managing-tickets/creating-and-updating-tickets/#protecting-against-ticket-update-collisions
-func (c *Client) PostComment(ctx context.Context, ticketID int64, comment supportflow.Comment, actionKey string, stamp Stamp) (Landed, error) {
-	ticket := map[string]any{
-		"comment":  map[string]any{"body": comment.Body, "public": comment.Public},
-		"metadata": map[string]any{MetadataKey: actionKey},
+func (c *Client) UpdateTicket(ctx context.Context, ticketID int64, u Update, actionKey string, stamp Stamp) (Landed, error) {
+	ticket := map[string]any{"metadata": map[string]any{MetadataKey: actionKey}}
+	if u.Comment != nil {
+		ticket["comment"] = map[string]any{"body": u.Comment.Body, "public": u.Comment.Public}
+	}
+	if u.Status != "" {
+		ticket["status"] = u.Status
+	}
+	if u.Tags != nil {
+		ticket["tags"] = u.Tags
 	}
 	if stamp != "" {
 		ticket["safe_update"] = true
 		ticket["updated_stamp"] = string(stamp)
 	}
+	op := "update ticket " + strconv.FormatInt(ticketID, 10)
 	body, err := c.api.Put(ctx, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", map[string]any{"ticket": ticket})
 	if err != nil {
-		return Landed{}, classify(ctx, "post comment on ticket "+strconv.FormatInt(ticketID, 10), err, true)
+		return Landed{}, classify(ctx, op, err, true)
 	}
 	var resp struct {
 		Audit auditJSON `json:"audit"`
 	}
 	if err := json.Unmarshal(body, &resp); err != nil {
 		// The write landed; only its answer is unreadable.
-		return Landed{}, &Error{Op: "post comment", MayLand: true, Err: fmt.Errorf("decode response: %w", err)}
+		return Landed{}, &Error{Op: op, MayLand: true, Err: fmt.Errorf("decode response: %w", err)}
 	}
-	l, ok := resp.Audit.landed()
+	l, ok := resp.Audit.landed(u.Comment != nil)
 	if !ok {
-		return Landed{}, &Error{Op: "post comment", MayLand: true, Err: errors.New("response has no comment event")}
+		return Landed{}, &Error{Op: op, MayLand: true, Err: errors.New("response has no audit of the update")}
 	}
 	return l, nil
 }
 
 // FindAction searches the ticket's audits, newest first with cursor
-// pagination, for one whose metadata carries actionKey, and returns its
-// comment. It stops at the first audit older than since (the action's
+// pagination, for one whose metadata carries actionKey, and returns it
+// (with its comment, if it has one). It stops at the first audit older than since (the action's
 // reservation, less a margin for clocks): no attempt can have written
 // before it. found is false when no audit has the key.
 // https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
@@ -189,7 +218,7 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 			if metadataKey(a.Metadata) != actionKey {
 				continue
 			}
-			if l, ok := a.landed(); ok {
+			if l, ok := a.landed(false); ok {
 				return l, true, nil
 			}
 		}
@@ -218,13 +247,19 @@ type auditJSON struct {
 	} `json:"events"`
 }
 
-func (a auditJSON) landed() (Landed, bool) {
+// landed reads an audit of ours; withComment requires a comment event.
+func (a auditJSON) landed(withComment bool) (Landed, bool) {
+	if a.ID == 0 {
+		return Landed{}, false
+	}
+	l := Landed{AuditID: a.ID}
 	for _, e := range a.Events {
 		if e.Type == "Comment" && e.ID != 0 {
-			return Landed{AuditID: a.ID, CommentID: e.ID}, true
+			l.CommentID = e.ID
+			break
 		}
 	}
-	return Landed{}, false
+	return l, !withComment || l.CommentID != 0
 }
 
 // Error is a failed Zendesk call, classified by what the caller can do
