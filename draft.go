@@ -66,18 +66,24 @@ type DraftProposal struct {
 	TicketID            int64    `json:"ticket_id"`
 	Reply               string   `json:"reply"`
 	CancelSubscriptions []string `json:"cancel_subscriptions,omitempty"`
+	// UpdateTicket is the status and tags the reply sets on the ticket, in
+	// the same Zendesk update (the worker's SUPPORTFLOW_REPLY_STATUS and
+	// SUPPORTFLOW_REPLY_TAGS when it was drafted); nil for none.
+	UpdateTicket *TicketUpdate `json:"update_ticket,omitempty"`
 	// ConversationThrough is the time of the newest comment the draft saw.
 	ConversationThrough time.Time `json:"conversation_through"`
 	Model               string    `json:"model,omitempty"`
 }
 
-// Proposal is the executable form of a draft: one action that posts the
-// reply publicly and then cancels the subscriptions.
+// Proposal is the executable form of a draft: one action that cancels the
+// subscriptions and then posts the reply publicly (with the ticket update,
+// if any).
 func (p DraftProposal) Proposal() Proposal {
 	return Proposal{ID: p.ID, Actions: []Action{{
 		TicketID:            p.TicketID,
 		Comment:             &Comment{Body: p.Reply, Public: true},
 		CancelSubscriptions: p.CancelSubscriptions,
+		UpdateTicket:        p.UpdateTicket,
 	}}}
 }
 

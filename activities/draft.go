@@ -214,6 +214,11 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	}
 	draft.ID = in.ProposalID
 	draft.Model = a.Model.Model()
+	if a.ReplyUpdate != nil {
+		u := *a.ReplyUpdate
+		u.Tags = slices.Clone(u.Tags)
+		draft.UpdateTicket = &u
+	}
 	a.Metrics.Draft("generated")
 	return draft, nil
 }

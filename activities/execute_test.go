@@ -19,6 +19,7 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -173,4 +174,42 @@ func TestPostReply_StopsWhenItsClaimIsLost(t *testing.T) {
 	a := f.action(t, "p1:0")
 	assert.Equal(t, "successor", a.Claimant)
 	assert.Zero(t, a.CommentID(), "the stale attempt recorded nothing")
+}
+
+// The ticket update adds our tags to the ticket's: Zendesk's update
+// replaces the whole list, so the list is read just before and sent as a
+// safe update. An agent who tags the ticket between our read and our write
+// makes Zendesk refuse ours (409); we read again and keep their tag.
+func TestPostReply_TicketUpdateKeepsATagAddedMeanwhile(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x", Status: "open", Tags: []string{"vip"}})
+	hit := make(chan string, 1)
+	f.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 2 * time.Second, Arrived: hit, Times: 1})
+	agentDone := make(chan error, 1)
+	go func() {
+		<-hit
+		// Zendesk's updated_stamp has whole seconds: edit in a later one.
+		time.Sleep(1100 * time.Millisecond)
+		_, err := f.acts.Zendesk.UpdateTicket(context.Background(), ticket, zendeskclient.Update{Tags: []string{"vip", "escalated"}}, "an-agent", "")
+		agentDone <- err
+	}()
+	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+		Comment: &supportflow.Comment{Body: "Answered.", Public: true}, UpdateTicket: &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow"}}}}
+	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
+	require.NoError(t, err)
+	require.NoError(t, <-agentDone)
+	var r activities.PostReplyResult
+	require.NoError(t, v.Get(&r))
+	assert.Equal(t, "posted", r.Source)
+	assert.Equal(t, 1, f.zd.Conflicts(), "our first write was refused")
+	tk, _ := f.zd.Ticket(ticket)
+	assert.Equal(t, []string{"vip", "escalated", "supportflow"}, tk.Tags, "the agent's tag survived ours")
+	assert.Equal(t, "pending", tk.Status)
+	assert.Equal(t, 1, f.zd.CommentCount(ticket))
+	a := f.action(t, "p1:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
+	upd, ok := a.Legs.Find(supportflow.LegTicketUpdate, fmt.Sprint(ticket))
+	require.True(t, ok)
+	assert.Equal(t, ledger.LegDone, upd.State)
+	assert.Equal(t, fmt.Sprint(r.AuditID), upd.ExternalID)
 }

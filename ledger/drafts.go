@@ -25,7 +25,7 @@ type Proposal struct {
 // SaveProposal stores a draft's proposal in state awaiting_approval. It is
 // idempotent: saving the same proposal again (an activity retried after its
 // answer was lost) changes nothing and reports created=false. The same ID
-// with a different reply, ticket or subscriptions is ErrConflict, since a
+// with a different reply, ticket, subscriptions or ticket update is ErrConflict, since a
 // proposal a human may have seen must never change under them.
 func (l *Ledger) SaveProposal(ctx context.Context, p supportflow.DraftProposal) (created bool, err error) {
 	if err := supportflow.ValidateProposalID(p.ID); err != nil {
@@ -39,10 +39,10 @@ func (l *Ledger) SaveProposal(ctx context.Context, p supportflow.DraftProposal) 
 		subs = []string{}
 	}
 	tag, err := l.db.Exec(ctx, `
-INSERT INTO proposal (account, proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO proposal (account, proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (account, proposal_id) DO NOTHING`,
-		l.account, p.ID, p.TicketID, p.Reply, subs, p.Model, p.ConversationThrough)
+		l.account, p.ID, p.TicketID, p.Reply, subs, p.Model, p.ConversationThrough, p.UpdateTicket)
 	if err != nil {
 		return false, fmt.Errorf("ledger: save proposal %s: %w", p.ID, err)
 	}
@@ -53,10 +53,18 @@ ON CONFLICT (account, proposal_id) DO NOTHING`,
 	if err != nil {
 		return false, err
 	}
-	if stored.TicketID != p.TicketID || stored.Reply != p.Reply || !slices.Equal(stored.CancelSubscriptions, subs) {
+	if stored.TicketID != p.TicketID || stored.Reply != p.Reply || !slices.Equal(stored.CancelSubscriptions, subs) ||
+		!sameTicketUpdate(stored.UpdateTicket, p.UpdateTicket) {
 		return false, fmt.Errorf("%w: proposal %s was saved with different content", ErrConflict, p.ID)
 	}
 	return false, nil
+}
+
+func sameTicketUpdate(a, b *supportflow.TicketUpdate) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Status == b.Status && slices.Equal(a.Tags, b.Tags)
 }
 
 // SetProposalState moves a proposal to a later state, recording who
@@ -104,10 +112,10 @@ func (l *Ledger) GetProposal(ctx context.Context, proposalID string) (Proposal, 
 	var p Proposal
 	var decided, errMsg *string
 	err := l.db.QueryRow(ctx, `
-SELECT proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through,
+SELECT proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket,
        state, decided_by, error, created_at, updated_at
 FROM proposal WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).Scan(
-		&p.ID, &p.TicketID, &p.Reply, &p.CancelSubscriptions, &p.Model, &p.ConversationThrough,
+		&p.ID, &p.TicketID, &p.Reply, &p.CancelSubscriptions, &p.Model, &p.ConversationThrough, &p.UpdateTicket,
 		&p.State, &decided, &errMsg, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Proposal{}, fmt.Errorf("%w: proposal %s", ErrNotFound, proposalID)

@@ -518,3 +518,17 @@ func TestSettleFailed_NeedsAttentionAndUnknownLegs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateApplied, state, "every leg turned out done")
 }
+
+// The content digest of an action without a ticket update is what it was
+// before ticket updates existed: rows recorded by the previous release
+// still match their own re-runs. A ticket update changes it.
+func TestContentDigest_StableForOldActions(t *testing.T) {
+	old := supportflow.Action{TicketID: 42, Comment: &supportflow.Comment{Body: "Cancelled.", Public: true}, CancelSubscriptions: []string{"s"}}
+	assert.Equal(t, "da6bbe08adc6b6f0c736a82a4c4ed8b78d0d6e529a4f5162fb4ca855a67f0b0d", ledger.ContentDigest(old), "the digest the previous release recorded")
+	with := old
+	with.UpdateTicket = &supportflow.TicketUpdate{Status: "pending"}
+	assert.NotEqual(t, ledger.ContentDigest(old), ledger.ContentDigest(with))
+	tagged := old
+	tagged.UpdateTicket = &supportflow.TicketUpdate{Status: "pending", Tags: []string{"x"}}
+	assert.NotEqual(t, ledger.ContentDigest(with), ledger.ContentDigest(tagged))
+}

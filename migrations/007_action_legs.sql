@@ -55,7 +55,13 @@ ALTER TABLE action DROP COLUMN has_comment,
                    DROP COLUMN zendesk_comment_id,
                    DROP COLUMN comment_landed_at;
 
+-- A proposal's ticket update (status and tags set with the reply), NULL
+-- for none; part of what the approver saw, so saved with the proposal.
+ALTER TABLE proposal ADD COLUMN update_ticket jsonb;
+
 ---- create above / drop below ----
+
+ALTER TABLE proposal DROP COLUMN update_ticket;
 
 ALTER TABLE action ADD COLUMN has_comment boolean NOT NULL DEFAULT false,
                    ADD COLUMN zendesk_audit_id bigint,

@@ -89,8 +89,9 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Ex
 	case a.State == supportflow.StateApplying && p.State == supportflow.DraftExecuting:
 		return Execution{}, fmt.Errorf("%w: action %s is still being applied", ErrNotRetryable, key)
 	}
-	dp := supportflow.DraftProposal{ID: p.ID, TicketID: p.TicketID, Reply: p.Reply, CancelSubscriptions: p.CancelSubscriptions}
-	return s.ExecuteProposal(ctx, dp.Proposal())
+	// The stored proposal, ticket update included: the same content under
+	// the same keys, so what landed is skipped.
+	return s.ExecuteProposal(ctx, p.DraftProposal.Proposal())
 }
 
 // ExecuteProposal starts the execution of an approved proposal, or joins

@@ -219,7 +219,7 @@ type world struct {
 func (s *stack) world(tickets ...int64) world {
 	s.t.Helper()
 	w := world{rows: map[string]int{}, workflows: map[string]string{}}
-	for _, table := range []string{"ticket_mirror", "proposal", "action", "action_cancellation", "ticket_event", "enrichment_run", "lookup_log"} {
+	for _, table := range []string{"ticket_mirror", "proposal", "action", "action_leg", "ticket_event", "enrichment_run", "lookup_log"} {
 		w.rows[table] = s.count(`SELECT count(*) FROM ` + table)
 	}
 	w.comments, w.modelCalls, w.bqQueries = s.zd.TotalComments(), s.model.Requests(), s.bq.Queries()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -259,4 +260,70 @@ func TestExecution_BadInputStartsNothing(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM action`).Scan(&rows))
 	assert.Zero(t, rows)
 	assert.Zero(t, s.zd.TotalComments())
+}
+
+// The ticket_update leg: the ticket's status and tags are set in the same
+// Zendesk update as the reply, after the cancellation. The update's answer
+// is lost after Zendesk applied it; the retry finds the update in the
+// audits (the leg's replay rule) and writes nothing again. Tags are added
+// to the ticket's own, never replacing them, even though Zendesk's update
+// replaces the list.
+func TestExecution_TicketUpdateRidesWithTheReply(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel please", Status: "open", Tags: []string{"vip"}})
+	s.subs.AddSubscription("sub-1", "cust-1")
+	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true, Times: 1})
+	s.startWorker()
+
+	act := reply(ticket, "Your plan is cancelled.", "sub-1")
+	act.UpdateTicket = &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow", "vip"}}
+	s.approve(supportflow.Proposal{ID: "with-status", Actions: []supportflow.Action{act}})
+	statuses, err := s.wait("with-status")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "exactly one comment")
+	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"), "the lost answer's update was found, not sent again")
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	tk, ok := s.zd.Ticket(ticket)
+	require.True(t, ok)
+	assert.Equal(t, "pending", tk.Status)
+	assert.Equal(t, []string{"vip", "supportflow"}, tk.Tags, "ours added to the ticket's, none dropped, none twice")
+
+	a := s.action("with-status:0")
+	require.Len(t, a.Legs, 3)
+	kinds := []supportflow.LegKind{a.Legs[0].Kind, a.Legs[1].Kind, a.Legs[2].Kind}
+	assert.Equal(t, []supportflow.LegKind{supportflow.LegCancelSubscription, supportflow.LegTicketUpdate, supportflow.LegReply}, kinds)
+	for _, l := range a.Legs {
+		assert.Equal(t, ledger.LegDone, l.State, "%s %s", l.Kind, l.Target)
+	}
+	assert.Equal(t, a.Legs[2].RequestID, a.Legs[1].ExternalID, "the status and the reply landed in one audit")
+	assert.Equal(t, s.zd.Comments(ticket)[0].ID, a.CommentID())
+}
+
+// A ticket update alone (no reply): one that the ticket already shows is
+// recorded done without a write (Zendesk would make no audit of it, so
+// there would be nothing to find on a retry); the other is one update.
+func TestExecution_TicketUpdateAlone(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	already := s.zd.AddTicket(standin.Ticket{Subject: "Done", Status: "pending", Tags: []string{"supportflow"}})
+	moved := s.zd.AddTicket(standin.Ticket{Subject: "Waiting", Status: "open"})
+	s.startWorker()
+	upd := &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow"}}
+	s.approve(supportflow.Proposal{ID: "status-only", Actions: []supportflow.Action{
+		{TicketID: already, UpdateTicket: upd}, {TicketID: moved, UpdateTicket: upd}}})
+	statuses, err := s.wait("status-only")
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, supportflow.StateApplied, statuses[1].State)
+	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"), "only the ticket that needed it was written")
+	tk, _ := s.zd.Ticket(moved)
+	assert.Equal(t, "pending", tk.Status)
+	assert.Equal(t, []string{"supportflow"}, tk.Tags)
+	assert.Zero(t, s.zd.CommentCount(moved), "no comment without a reply")
+	first := s.action("status-only:0").Legs
+	require.Len(t, first, 1)
+	assert.True(t, first[0].AlreadyDone, "recorded as already so")
 }

@@ -44,6 +44,8 @@ var Vars = []Var{
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
+	{Name: "SUPPORTFLOW_REPLY_STATUS", Default: "", Help: "status a drafted reply sets on the ticket with the reply (open, pending, hold or solved; pending is the usual choice); empty leaves the status"},
+	{Name: "SUPPORTFLOW_REPLY_TAGS", Default: "", Help: "comma-separated tags a drafted reply adds to the ticket with the reply (lower case, no spaces)"},
 	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
 	{Name: "SUPPORTFLOW_RECONCILE_START", Default: "24h", Help: "where a cold reconciler starts reading Zendesk's exports: an RFC 3339 time, or a duration before the first run"},
 	{Name: "SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE", Default: "10", Help: "pace of the reconciler's incremental export requests (Zendesk allows 10 a minute per account)"},
@@ -74,12 +76,15 @@ type Worker struct {
 	BigQueryLocation   string
 	BigQueryEndpoint   string
 	EnrichmentMode     string
-	Account            string
-	DrainTimeout       time.Duration
-	LogLevel           string
-	MetricsAddr        string
-	OTLPEndpoint       string
-	Durations          policy.Durations
+	// ReplyUpdate is the ticket update every drafted reply carries (nil:
+	// none), from SUPPORTFLOW_REPLY_STATUS and SUPPORTFLOW_REPLY_TAGS.
+	ReplyUpdate  *supportflow.TicketUpdate
+	Account      string
+	DrainTimeout time.Duration
+	LogLevel     string
+	MetricsAddr  string
+	OTLPEndpoint string
+	Durations    policy.Durations
 	// ReconcileFrom and ReconcileBackfill say where a cold reconciler
 	// starts: a fixed time, else this long before its first run.
 	ReconcileFrom      time.Time
@@ -175,11 +180,35 @@ func LoadWorker() (Worker, error) {
 	} else {
 		c.ExportRequestsPerM = n
 	}
+	c.ReplyUpdate, err = ReplyUpdate(get("SUPPORTFLOW_REPLY_STATUS", ""), get("SUPPORTFLOW_REPLY_TAGS", ""))
+	if err != nil {
+		errs = append(errs, err)
+	}
 	c.Durations, err = policy.FromEnv()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// ReplyUpdate builds the ticket update drafted replies carry from the
+// values of SUPPORTFLOW_REPLY_STATUS and SUPPORTFLOW_REPLY_TAGS: nil when
+// both are empty; a status or tag Zendesk would not store as given is a
+// configuration error naming the variable.
+func ReplyUpdate(status, tags string) (*supportflow.TicketUpdate, error) {
+	u := supportflow.TicketUpdate{Status: strings.TrimSpace(status)}
+	for _, t := range strings.Split(tags, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			u.Tags = append(u.Tags, t)
+		}
+	}
+	if u.Status == "" && len(u.Tags) == 0 {
+		return nil, nil
+	}
+	if err := u.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: SUPPORTFLOW_REPLY_STATUS / SUPPORTFLOW_REPLY_TAGS: %v", ErrConfig, err)
+	}
+	return &u, nil
 }
 
 // PrintHelp writes every variable with its default and meaning.

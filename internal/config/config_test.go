@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -122,4 +123,20 @@ func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
 	assert.Equal(t, []string{"a-token-of-sixteen-chars", "another-token-0123456"}, c.Tokens)
 	assert.Equal(t, "acme", c.Account, "the same account as the worker derives")
 	assert.Equal(t, ":8080", c.Addr)
+}
+
+// The reply's ticket update comes from two variables; anything Zendesk
+// would not store as given is refused by name.
+func TestReplyUpdate(t *testing.T) {
+	u, err := ReplyUpdate("", "")
+	require.NoError(t, err)
+	assert.Nil(t, u, "nothing set: no ticket update")
+	u, err = ReplyUpdate("pending", " supportflow , ai_replied ,")
+	require.NoError(t, err)
+	assert.Equal(t, &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow", "ai_replied"}}, u)
+	for _, bad := range [][2]string{{"closed", ""}, {"", "Two Words"}, {"Pending", ""}} {
+		_, err := ReplyUpdate(bad[0], bad[1])
+		assert.ErrorIs(t, err, ErrConfig, "%v", bad)
+		assert.ErrorContains(t, err, "SUPPORTFLOW_REPLY_STATUS", "%v", bad)
+	}
 }

@@ -97,6 +97,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		Ledger:        l,
 		Durations:     cfg.Durations,
 		Logger:        logger,
+		ReplyUpdate:   cfg.ReplyUpdate,
 	})
 	store := ingest.NewStore(pool, l, cfg.Account)
 	w.RegisterActivity(&ingest.Reconciler{
