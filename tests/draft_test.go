@@ -410,3 +410,34 @@ func TestEvaluation_DraftsScoresAndStoresASummary(t *testing.T) {
 	_, err = s.starter.StartEvaluation(ctx, supportflow.EvaluationRequest{RunID: "bad id", Set: "golden", TicketIDs: tickets})
 	require.ErrorIs(t, err, supportflow.ErrInvalidInput)
 }
+
+// A worker configured to answer with a status and tags drafts proposals
+// that carry them (the approver sees them), and the approved reply lands
+// with them in one update; the customer's next message reopens the ticket.
+func TestDraft_ReplySetsTheConfiguredStatusAndTags(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.extraEnv = []string{"SUPPORTFLOW_REPLY_STATUS=pending", "SUPPORTFLOW_REPLY_TAGS=supportflow,ai_replied"}
+	ticket := s.seedTicket("Please cancel my subscription.", "sub-1")
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "configured")
+	require.NoError(t, err)
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	require.NotNil(t, st.Proposal.UpdateTicket)
+	assert.Equal(t, supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow", "ai_replied"}}, *st.Proposal.UpdateTicket)
+	stored, err := s.ledger.GetProposal(ctxT(t), st.Proposal.ID)
+	require.NoError(t, err)
+	assert.Equal(t, st.Proposal.UpdateTicket, stored.UpdateTicket, "saved with the proposal")
+
+	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID, ApprovedBy: "agent"})
+	require.NoError(t, err)
+	s.waitState(ticket, supportflow.DraftDone)
+	tk, _ := s.zd.Ticket(ticket)
+	assert.Equal(t, "pending", tk.Status)
+	assert.Equal(t, []string{"supportflow", "ai_replied"}, tk.Tags)
+	assert.Equal(t, 1, s.zd.CommentCount(ticket), "one reply")
+	assert.Equal(t, 1, s.subs.Cancellations("sub-1"))
+	s.zd.AddComment(ticket, standin.SeedComment{Body: "Thanks! One more thing."})
+	tk, _ = s.zd.Ticket(ticket)
+	assert.Equal(t, "open", tk.Status, "the customer's reply reopens it, as in Zendesk")
+}
