@@ -441,3 +441,67 @@ func TestDraft_ReplySetsTheConfiguredStatusAndTags(t *testing.T) {
 	tk, _ = s.zd.Ticket(ticket)
 	assert.Equal(t, "open", tk.Status, "the customer's reply reopens it, as in Zendesk")
 }
+
+// The customer writes while the model is still drafting: the in-flight
+// call is cancelled and the same run drafts again from the new
+// conversation, so the proposal shown answers the newest message.
+func TestDraft_SupersedeWhileDraftingRedraftsInTheSameRun(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Where is my order?")
+	hit := make(chan struct{}, 4)
+	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit})
+	s.startWorker()
+	run, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	select {
+	case <-hit:
+	case <-time.After(waitBudget):
+		t.Fatal("the model was never called")
+	}
+	s.zd.AddComment(ticket, standin.SeedComment{Body: "Actually, please cancel everything."})
+	ok, err := s.starter.Supersede(ctxT(t), ticket, supportflow.TicketActivity{At: time.Now(), Source: "test"})
+	require.NoError(t, err)
+	assert.True(t, ok)
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	assert.Equal(t, 1, st.Redrafts, "one redraft, in the same run")
+	assert.Equal(t, 1, s.proposals(ticket), "the interrupted draft saved nothing")
+	assert.Equal(t, 2, s.model.Requests())
+	assert.Equal(t, run.RunID, mustDescribeRun(t, s, supportflow.DraftWorkflowID(ticket)), "no new run")
+
+	require.NoError(t, s.starter.Reject(ctxT(t), ticket, supportflow.RejectRequest{ProposalID: st.Proposal.ID, RejectedBy: "agent", Reason: "test over"}))
+	s.waitState(ticket, supportflow.DraftRejected)
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_superseded_while_drafting")
+}
+
+// An operator cancels a draft awaiting approval (the Web UI's Cancel): the
+// draft ends, its proposal is recorded rejected with why, and it can no
+// longer be approved.
+func TestDraft_CancelledWhileAwaitingApproval(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ticket := s.seedTicket("Where is my order?")
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	require.NoError(t, s.temporal.CancelWorkflow(ctxT(t), supportflow.DraftWorkflowID(ticket), ""))
+	require.Eventually(t, func() bool {
+		p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+		return err == nil && p.State == supportflow.DraftRejected
+	}, waitBudget, 50*time.Millisecond, "the proposal is recorded rejected")
+	p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+	require.NoError(t, err)
+	assert.Contains(t, p.Error, "cancelled")
+	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID})
+	assert.Error(t, err, "a cancelled draft cannot be approved")
+	assert.Zero(t, s.zd.CommentCount(ticket))
+	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_cancelled")
+}
+
+func mustDescribeRun(t *testing.T, s *stack, workflowID string) string {
+	t.Helper()
+	d, err := s.temporal.DescribeWorkflowExecution(ctxT(t), workflowID, "")
+	require.NoError(t, err)
+	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+}

@@ -300,6 +300,7 @@ func TestExecution_TicketUpdateRidesWithTheReply(t *testing.T) {
 	}
 	assert.Equal(t, a.Legs[2].RequestID, a.Legs[1].ExternalID, "the status and the reply landed in one audit")
 	assert.Equal(t, s.zd.Comments(ticket)[0].ID, a.CommentID())
+	s.recordHistory(supportflow.ExecuteWorkflowID("with-status"), "", "execute_proposal_ticket_update_found")
 }
 
 // A ticket update alone (no reply): one that the ticket already shows is
