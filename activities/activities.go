@@ -26,7 +26,7 @@ import (
 type Zendesk interface {
 	ReadTicket(ctx context.Context, ticketID int64) (zendeskclient.TicketState, error)
 	UpdateTicket(ctx context.Context, ticketID int64, u zendeskclient.Update, actionKey string, stamp zendeskclient.Stamp) (zendeskclient.Landed, error)
-	FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time) (zendeskclient.Landed, bool, error)
+	FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time, withComment bool) (zendeskclient.Landed, bool, error)
 	Conversation(ctx context.Context, ticketID int64) (zendeskclient.Conversation, error)
 }
 

@@ -82,6 +82,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	err = a.heartbeating(ctx, res.ID, claimant, p, func(ctx context.Context) error {
 		landed, source := recordedLanding(mine), "ledger"
 		var already bool
+		replyPending := slices.ContainsFunc(todo, func(l ledger.LegRow) bool { return l.Kind == supportflow.LegReply })
 		for conflicts := 0; len(todo) > 0; conflicts++ {
 			if conflicts > maxConflicts {
 				return fmt.Errorf("ticket %d changed %d times while writing; trying again later", in.Action.TicketID, conflicts)
@@ -102,7 +103,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 			if search {
 				p.set(func(p *Progress) { p.Step = "searching audits" })
 				callCtx, cancel := context.WithTimeout(ctx, a.Durations.ZendeskCallTimeout)
-				l, found, err := a.Zendesk.FindAction(callCtx, in.Action.TicketID, in.Key, since)
+				l, found, err := a.Zendesk.FindAction(callCtx, in.Action.TicketID, in.Key, since, replyPending)
 				cancel()
 				if err != nil {
 					return err

@@ -465,7 +465,7 @@ UPDATE action_leg SET
   request_id = CASE WHEN state = 'done' THEN request_id ELSE COALESCE(NULLIF($6, ''), request_id) END,
   already_done = already_done OR $7,
   calls = calls + $8,
-  last_error = CASE WHEN $4 = 'done' AND state <> 'done' THEN NULL ELSE COALESCE(NULLIF($9, ''), last_error) END,
+  last_error = CASE WHEN state = 'done' THEN last_error WHEN $4 = 'done' THEN NULL ELSE COALESCE(NULLIF($9, ''), last_error) END,
   done_at = CASE WHEN state = 'done' THEN done_at WHEN $4 = 'done' THEN now() END,
   updated_at = now()
 WHERE action_id = $1 AND kind = $2 AND target = $3`,
@@ -513,7 +513,9 @@ var errNotHeld = errors.New("claim not held")
 // SettleFailed ends an action whose last attempt failed: 'partial_failure'
 // when some leg landed, 'failed' when none did, 'needs_attention' when
 // heldBack says later legs (the reply) were held back because an earlier
-// one failed for good. It is the one place a failure becomes terminal and
+// one failed for good, and one of them is indeed still pending after a
+// failed leg (a reply that landed before, under the old order, is not held
+// back). It is the one place a failure becomes terminal and
 // is called by the workflow once retries are over. It refuses, with a
 // *LeaseHeldError, while a live claimant still works the action (a stale
 // attempt), and returns the state unchanged for an action already
@@ -582,7 +584,12 @@ settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(
 		}
 		return tx.QueryRow(ctx, `
 UPDATE action SET
-  state = CASE WHEN $3 AND EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state = 'failed')
+  state = CASE WHEN $3 AND EXISTS (
+                 -- a leg refused for good, and a later one (the reply)
+                 -- that never ran because of it
+                 SELECT 1 FROM action_leg f JOIN action_leg later
+                   ON later.action_id = f.action_id AND later.position > f.position AND later.state = 'pending'
+                 WHERE f.action_id = action.id AND f.state = 'failed')
                THEN 'needs_attention'
                WHEN EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state = 'done')
                THEN 'partial_failure' ELSE 'failed' END,

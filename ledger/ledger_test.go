@@ -249,6 +249,7 @@ func TestRecordLegs_FailureIsRecordedAndSuccessNeverDowngraded(t *testing.T) {
 	a, err = l.Get(ctx, "p1:0")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.LegDone, a.Legs[0].State, "a success is never overwritten")
+	assert.Empty(t, a.Legs[0].LastError, "nor given a late failure's error")
 	assert.True(t, a.Legs[0].AlreadyDone)
 	assert.Equal(t, 3, a.Legs[0].Calls)
 	assert.NotNil(t, a.Legs[0].DoneAt)
@@ -498,6 +499,16 @@ func TestSettleFailed_NeedsAttentionAndUnknownLegs(t *testing.T) {
 	state, err := l.SettleFailed(ctx, "p1:0", 42, "sub-b refused", nil, true)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateNeedsAttention, state)
+
+	// Under the old order the reply landed first; a retry whose
+	// cancellation is refused again held nothing back.
+	r, err = l.Reserve(ctx, req("p4:0", "A", time.Minute, "sub-e"))
+	require.NoError(t, err)
+	_, _, err = l.Finish(ctx, r.ID, "A", "sub-e refused", replied(1, 2), cancelled("sub-e", ledger.LegFailed, "HTTP 404"))
+	require.NoError(t, err)
+	state, err = l.SettleFailed(ctx, "p4:0", 42, "sub-e refused", nil, true)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.StatePartialFailure, state, "the customer was answered: not needs_attention")
 
 	r, err = l.Reserve(ctx, req("p2:0", "A", time.Minute, "sub-c"))
 	require.NoError(t, err)

@@ -41,13 +41,16 @@ SELECT c.action_id, c.position, 'cancel_subscription', c.subscription_id,
        CASE WHEN c.state = 'cancelled' THEN c.updated_at END, c.created_at, c.updated_at
 FROM action_cancellation c;
 
+-- Only for a row some attempt claimed (or whose comment landed): a row the
+-- settle step created without a claim has no cancellation rows either,
+-- and gets its whole list of legs from its next reserve.
 INSERT INTO action_leg (action_id, position, kind, target, state, external_id, request_id, done_at, created_at, updated_at)
 SELECT a.id,
-       (SELECT count(*) FROM action_cancellation c WHERE c.action_id = a.id),
+       (SELECT COALESCE(max(c.position) + 1, 0) FROM action_cancellation c WHERE c.action_id = a.id),
        'reply', a.ticket_id::text,
        CASE WHEN a.zendesk_comment_id IS NOT NULL THEN 'done' ELSE 'pending' END,
        a.zendesk_comment_id::text, a.zendesk_audit_id::text, a.comment_landed_at, a.created_at, a.updated_at
-FROM action a WHERE a.has_comment;
+FROM action a WHERE a.has_comment AND (a.attempts > 0 OR a.zendesk_comment_id IS NOT NULL);
 
 DROP TABLE action_cancellation;
 ALTER TABLE action DROP COLUMN has_comment,

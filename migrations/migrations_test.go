@@ -37,6 +37,14 @@ VALUES ($1, 'sub-a', 0, 'cancelled', true, 2, NULL), ($1, 'sub-b', 1, 'failed', 
 	require.NoError(t, conn.QueryRow(ctx, `
 INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state)
 VALUES ('acme', 'p2:0', 'p2', 0, 43, true, 'applying') RETURNING id`).Scan(&replyOnly))
+	_, err = conn.Exec(ctx, `UPDATE action SET attempts = 1 WHERE id = $1`, replyOnly)
+	require.NoError(t, err)
+
+	// Settled without ever being claimed: no cancellation rows were made.
+	var unclaimed int64
+	require.NoError(t, conn.QueryRow(ctx, `
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id, has_comment, state)
+VALUES ('acme', 'p3:0', 'p3', 0, 44, true, 'failed') RETURNING id`).Scan(&unclaimed))
 
 	require.NoError(t, migrateTo(ctx, conn, 7))
 	type leg struct {
@@ -62,6 +70,7 @@ FROM action_leg WHERE action_id = $1 ORDER BY position`, id)
 		{3, "reply", "42", "done", str("901"), str("900"), false, 0},
 	}, legs(partial), "cancellations first, the landed comment last, with its IDs")
 	assert.Equal(t, []leg{{0, "reply", "43", "pending", nil, nil, false, 0}}, legs(replyOnly))
+	assert.Empty(t, legs(unclaimed), "a row never claimed gets its whole list from its next reserve")
 
 	require.NoError(t, migrateTo(ctx, conn, 6))
 	var comment *int64

@@ -166,7 +166,7 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
 		}
 		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error,
-			HeldBack: cancelFailed && act.HasZendeskLeg()}
+			HeldBack: cancelFailed && act.Comment != nil}
 		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
 			return statuses, err
 		}

@@ -178,11 +178,11 @@ func (c *Client) UpdateTicket(ctx context.Context, ticketID int64, u Update, act
 
 // FindAction searches the ticket's audits, newest first with cursor
 // pagination, for one whose metadata carries actionKey, and returns it
-// (with its comment, if it has one). It stops at the first audit older than since (the action's
+// (with its comment; withComment skips an audit of the key without one). It stops at the first audit older than since (the action's
 // reservation, less a margin for clocks): no attempt can have written
 // before it. found is false when no audit has the key.
 // https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
-func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time) (l Landed, found bool, err error) {
+func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time, withComment bool) (l Landed, found bool, err error) {
 	after := ""
 	for {
 		q := url.Values{"page[size]": {"100"}, "sort_order": {"desc"}}
@@ -218,7 +218,7 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 			if metadataKey(a.Metadata) != actionKey {
 				continue
 			}
-			if l, ok := a.landed(false); ok {
+			if l, ok := a.landed(withComment); ok {
 				return l, true, nil
 			}
 		}
