@@ -119,6 +119,10 @@ type DraftStatus struct {
 	ApprovedBy      string `json:"approved_by,omitempty"`
 	// ExecutionWorkflowID is the ExecuteProposal child, once approved.
 	ExecutionWorkflowID string `json:"execution_workflow_id,omitempty"`
+	// WorkerUnavailable says no worker answered the draft's query in
+	// time: the status was read from PostgreSQL and Temporal's visibility
+	// instead, so it may lag (and has no progress).
+	WorkerUnavailable bool `json:"worker_unavailable,omitempty"`
 }
 
 // ApproveRequest approves a draft's proposal. ProposalID must name the

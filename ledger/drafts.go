@@ -148,6 +148,21 @@ ORDER BY n.created_at DESC LIMIT 1`, l.account, ticketID, proposalID).Scan(&id)
 }
 
 // CountProposals counts a ticket's proposals, for tests and operators.
+// LatestProposal returns the ticket's newest proposal; ErrNotFound when it
+// has none.
+func (l *Ledger) LatestProposal(ctx context.Context, ticketID int64) (Proposal, error) {
+	var id string
+	err := l.db.QueryRow(ctx, `SELECT proposal_id FROM proposal WHERE account = $1 AND ticket_id = $2
+ORDER BY created_at DESC, proposal_id DESC LIMIT 1`, l.account, ticketID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Proposal{}, fmt.Errorf("%w: ticket %d has no proposal", ErrNotFound, ticketID)
+	}
+	if err != nil {
+		return Proposal{}, fmt.Errorf("ledger: latest proposal of ticket %d: %w", ticketID, err)
+	}
+	return l.GetProposal(ctx, id)
+}
+
 func (l *Ledger) CountProposals(ctx context.Context, ticketID int64) (int, error) {
 	var n int
 	err := l.db.QueryRow(ctx, `SELECT count(*) FROM proposal WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(&n)

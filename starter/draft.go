@@ -1,10 +1,12 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -15,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
 )
 
 // Draft identifies a ticket's draft workflow run.
@@ -76,11 +79,22 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 		return supportflow.DraftStatus{}, err
 	}
 	id := supportflow.DraftWorkflowID(ticketID)
-	v, err := s.Client.QueryWorkflow(ctx, id, "", supportflow.DraftQuery)
+	qctx, cancel := context.WithTimeout(ctx, cmp.Or(s.QueryTimeout, DefaultQueryTimeout))
+	v, err := s.Client.QueryWorkflow(qctx, id, "", supportflow.DraftQuery)
+	var deadline *serviceerror.DeadlineExceeded
+	// The server answers a query no worker picks up with DeadlineExceeded
+	// just before the caller's deadline, so either counts.
+	timedOut := ctx.Err() == nil && (qctx.Err() != nil || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded))
+	cancel()
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			return supportflow.DraftStatus{}, fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
+		}
+		if timedOut && s.Proposals != nil {
+			// No worker picked the query up: answer from what the server
+			// and PostgreSQL know, and say so.
+			return s.draftFromRecords(ctx, ticketID)
 		}
 		return supportflow.DraftStatus{}, fmt.Errorf("starter: draft status of ticket %d: %w", ticketID, err)
 	}
@@ -96,6 +110,51 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 		return st, nil // the state is still right; progress is best effort
 	}
 	st.Progress = progressOf(d.GetPendingActivities())
+	return st, nil
+}
+
+// draftFromRecords is a draft's status without a worker: the run's state
+// from Temporal's visibility (Describe needs no worker) and the proposal
+// from PostgreSQL. A proposal of the running run gives its state; a run
+// with none yet is gathering or drafting, by its pending activity.
+func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (supportflow.DraftStatus, error) {
+	st := supportflow.DraftStatus{TicketID: ticketID, WorkerUnavailable: true}
+	d, err := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return st, fmt.Errorf("%w: ticket %d", ErrNoDraft, ticketID)
+		}
+		return st, fmt.Errorf("starter: describe the draft of ticket %d: %w", ticketID, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	run := strings.ReplaceAll(info.GetExecution().GetRunId(), "-", "")
+	p, err := s.Proposals.LatestProposal(ctx, ticketID)
+	ofThisRun := err == nil && strings.HasPrefix(p.ID, fmt.Sprintf("%d-%s-", ticketID, run))
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		return st, fmt.Errorf("starter: draft status of ticket %d: %w", ticketID, err)
+	}
+	running := info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	switch {
+	case ofThisRun || (!running && err == nil):
+		dp := p.DraftProposal
+		st.State, st.Proposal, st.Error, st.ApprovedBy = p.State, &dp, p.Error, ""
+		if p.State == supportflow.DraftExecuting || p.State == supportflow.DraftDone || p.State == supportflow.DraftFailed {
+			st.ApprovedBy = p.DecidedBy
+			st.ExecutionWorkflowID = supportflow.ExecuteWorkflowID(p.ID)
+		}
+	case running:
+		st.State = supportflow.DraftGathering
+		for _, pa := range d.GetPendingActivities() {
+			if pa.GetActivityType().GetName() == "GenerateDraft" {
+				st.State = supportflow.DraftDrafting
+			}
+		}
+	default:
+		// Closed without a proposal: the model or the ticket failed it.
+		st.State = supportflow.DraftFailed
+		st.Error = "the draft ended without a proposal (" + strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")) + ")"
+	}
 	return st, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -23,7 +24,23 @@ type Starter struct {
 	// TaskQueue is where workflows are started; "" means
 	// supportflow.TaskQueue. It must match the workers' queue.
 	TaskQueue string
+	// Proposals, when set, lets DraftStatus answer from PostgreSQL when no
+	// worker answers the draft's query in time.
+	Proposals ProposalReader
+	// QueryTimeout bounds the draft query before that fallback; 0 means
+	// DefaultQueryTimeout.
+	QueryTimeout time.Duration
 }
+
+// ProposalReader reads a ticket's newest proposal (ledger.Ledger).
+type ProposalReader interface {
+	LatestProposal(ctx context.Context, ticketID int64) (ledger.Proposal, error)
+}
+
+// DefaultQueryTimeout is how long DraftStatus waits for a worker to answer
+// the draft's query: a query is answered by a worker, so without one it
+// would wait for the caller's whole deadline.
+const DefaultQueryTimeout = time.Second
 
 // New returns a Starter using c and the default task queue.
 func New(c client.Client) *Starter { return &Starter{Client: c} }

@@ -502,3 +502,50 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	code, _ = c.do("POST", "/proposals/no-such/retry", apiToken, nil, nil)
 	assert.Equal(t, http.StatusNotFound, code)
 }
+
+// No worker is running: the draft's query has no one to answer it, so the
+// status comes from PostgreSQL and Temporal's visibility within the
+// query's bound, and says the worker is unavailable.
+func TestAPI_DraftStatusWithoutWorker(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	c := s.api()
+	ticket := s.seedTicket("Where is my order?")
+	never := s.seedTicket("Hello?")
+	s.startWorker()
+	_, err := s.starter.StartDraft(ctxT(t), ticket, "click")
+	require.NoError(t, err)
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	s.stopWorker()
+	_, err = s.starter.StartDraft(ctxT(t), never, "click") // started while no worker runs
+	require.NoError(t, err)
+
+	get := func(id int64) (supportflow.DraftStatus, time.Duration) {
+		start := time.Now()
+		code, body := c.do("GET", fmt.Sprintf("/tickets/%d/draft", id), apiToken, nil, nil)
+		took := time.Since(start)
+		require.Equal(t, http.StatusOK, code, string(body))
+		var got supportflow.DraftStatus
+		require.NoError(t, json.Unmarshal(body, &got))
+		return got, took
+	}
+	got, took := get(ticket)
+	assert.Less(t, took, 2*time.Second)
+	assert.True(t, got.WorkerUnavailable)
+	assert.Equal(t, supportflow.DraftAwaitingApproval, got.State)
+	require.NotNil(t, got.Proposal)
+	assert.Equal(t, st.Proposal.ID, got.Proposal.ID)
+	assert.Equal(t, st.Proposal.Reply, got.Proposal.Reply)
+
+	got, took = get(never)
+	assert.Less(t, took, 2*time.Second)
+	assert.True(t, got.WorkerUnavailable)
+	assert.Equal(t, supportflow.DraftGathering, got.State, "a run with no proposal yet")
+	assert.Nil(t, got.Proposal)
+
+	s.startWorker()
+	require.Eventually(t, func() bool {
+		st, err := s.starter.DraftStatus(context.Background(), ticket)
+		return err == nil && !st.WorkerUnavailable && st.State == supportflow.DraftAwaitingApproval
+	}, waitBudget, 100*time.Millisecond, "with a worker back, the workflow answers again")
+}

@@ -273,6 +273,9 @@ func TestDraft_SupersedeWhileAwaitingApprovalRedrafts(t *testing.T) {
 	require.NoError(t, err)
 	first := s.waitState(ticket, supportflow.DraftAwaitingApproval)
 
+	// A second later: Zendesk's times are whole seconds, and activity in
+	// the second the draft read is not news to it.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	s.zd.AddComment(ticket, standin.SeedComment{Body: "Actually, please cancel everything."})
 	ok, err := s.starter.Supersede(ctxT(t), ticket, supportflow.TicketActivity{At: time.Now(), Source: "test"})
 	require.NoError(t, err)
@@ -459,6 +462,9 @@ func TestDraft_SupersedeWhileDraftingRedraftsInTheSameRun(t *testing.T) {
 	case <-time.After(waitBudget):
 		t.Fatal("the model was never called")
 	}
+	// A second later: Zendesk's times are whole seconds, and activity in
+	// the second the draft read is not news to it.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	s.zd.AddComment(ticket, standin.SeedComment{Body: "Actually, please cancel everything."})
 	ok, err := s.starter.Supersede(ctxT(t), ticket, supportflow.TicketActivity{At: time.Now(), Source: "test"})
 	require.NoError(t, err)

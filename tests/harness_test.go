@@ -128,7 +128,7 @@ func newStack(t *testing.T) *stack {
 	require.NoError(t, err)
 	t.Cleanup(s.temporal.Close)
 	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-")
-	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue}
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger}
 	t.Cleanup(func() {
 		s.stopWorker()
 		if t.Failed() {

@@ -43,6 +43,11 @@ type draft struct {
 	// draft superseded while saving marks it superseded.
 	saving    string
 	supersede workflow.ReceiveChannel
+	// seenThrough is the newest comment time the current draft has read
+	// (zero before it loaded the ticket); ignoreStale (a versioned change)
+	// makes customer activity no newer than it leave the draft alone.
+	seenThrough time.Time
+	ignoreStale bool
 }
 
 // DraftReply drafts a reply to a ticket and, once a human approves it,
@@ -91,6 +96,7 @@ func (w *Workflows) DraftReply(ctx workflow.Context, req supportflow.DraftReques
 		return dr.st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	dr.setState(ctx, supportflow.DraftGathering)
+	dr.ignoreStale = workflow.GetVersion(ctx, versionIgnoreStaleActivity, workflow.DefaultVersion, 1) == 1
 
 	p, err := dr.produce(ctx)
 	if err != nil {
@@ -209,14 +215,15 @@ func (dr *draft) produce(ctx workflow.Context) (supportflow.DraftProposal, error
 			p, err := dr.gatherAndDraft(gctx, id)
 			set.Set(p, err)
 		})
-		superseded := false
+		superseded, done := false, false
 		sel := workflow.NewSelector(ctx)
-		sel.AddFuture(fut, func(workflow.Future) {})
+		sel.AddFuture(fut, func(workflow.Future) { done = true })
 		sel.AddReceive(dr.supersede, func(c workflow.ReceiveChannel, _ bool) {
-			dr.drainSupersede(ctx)
-			superseded = true
+			superseded = dr.takeActivity(ctx)
 		})
-		sel.Select(ctx)
+		for !done && !superseded {
+			sel.Select(ctx)
+		}
 		if !superseded {
 			cancel()
 			var p supportflow.DraftProposal
@@ -236,6 +243,35 @@ func (dr *draft) produce(ctx workflow.Context) (supportflow.DraftProposal, error
 		dr.setState(ctx, supportflow.DraftGathering)
 	}
 }
+
+// takeActivity takes every pending supersede signal and reports whether
+// any is news to the current draft. Activity no newer than the newest
+// comment the draft read (a late or repeated delivery of the comment it
+// answers) is not: restarting for it would draft the same conversation
+// again. Zendesk's comment times are whole seconds, so the activity's time
+// is compared at that precision. Without the versioned change, all
+// activity is news.
+func (dr *draft) takeActivity(ctx workflow.Context) bool {
+	news := false
+	for {
+		var act supportflow.TicketActivity
+		if !dr.supersede.ReceiveAsync(&act) {
+			break
+		}
+		if !dr.ignoreStale || dr.seenThrough.IsZero() || act.At.IsZero() || act.At.Truncate(time.Second).After(dr.seenThrough) {
+			news = true
+		}
+	}
+	if !news {
+		workflow.GetLogger(ctx).Info("customer activity the draft has already read; not redrafting",
+			"ticket_id", dr.req.TicketID, "seen_through", dr.seenThrough)
+	}
+	return news
+}
+
+// versionIgnoreStaleActivity marks the change that leaves a draft alone
+// when the customer activity signalled is not newer than what it read.
+const versionIgnoreStaleActivity = "draft-ignore-stale-activity"
 
 // drainSupersede takes every pending supersede signal: activity that
 // arrives together restarts the draft once.
@@ -258,6 +294,7 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 	if err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: dr.req.TicketID}).Get(ctx, &tc); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
+	dr.seenThrough = tc.Conversation.Through()
 	dr.setState(ctx, supportflow.DraftDrafting)
 	var p supportflow.DraftProposal
 	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
@@ -295,9 +332,22 @@ func (dr *draft) markProposal(ctx workflow.Context, proposalID, state, by, errMs
 func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (supportflow.DraftStatus, error) {
 	dr.st.Proposal = &p
 	dr.setState(ctx, supportflow.DraftAwaitingApproval)
-	decided, err := workflow.AwaitWithTimeout(ctx, dr.d.ProposalExpiry, func() bool {
-		return dr.approval != nil || dr.reject != nil || dr.supersede.Len() > 0
-	})
+	dr.seenThrough = p.ConversationThrough
+	var (
+		decided bool
+		err     error
+	)
+	for expires := workflow.Now(ctx).Add(dr.d.ProposalExpiry); ; {
+		decided, err = workflow.AwaitWithTimeout(ctx, expires.Sub(workflow.Now(ctx)), func() bool {
+			return dr.approval != nil || dr.reject != nil || dr.supersede.Len() > 0
+		})
+		if err != nil || !decided || dr.approval != nil || dr.reject != nil || !dr.ignoreStale {
+			break
+		}
+		if dr.takeActivity(ctx) {
+			break // news: superseded below (its signals are taken)
+		}
+	}
 	// Every outcome but approval sets the final state before its first
 	// blocking call, so the approve validator refuses from here on: an
 	// approval must never be accepted by a draft that is already ending.

@@ -309,8 +309,11 @@ func TestDraftReply_SupersedeDuringDraftingCancelsAndRedrafts(t *testing.T) {
 				return validDraft(in), nil
 			}
 			// The customer writes while the model is still streaming.
-			w.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Also, the lid is missing."})
-			w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: time.Now(), Source: "test"})
+			// (A second later: Zendesk's times are whole seconds, and
+			// activity in the second the draft read is not news.)
+			at := time.Now().Add(time.Second)
+			w.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Also, the lid is missing.", At: at})
+			w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: at, Source: "test"})
 			select {
 			case <-cancelRequested:
 				cancelled <- context.Canceled
@@ -368,6 +371,38 @@ func TestDraftReply_SupersedeWhileAwaitingApprovalContinuesAsNew(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftSuperseded, p.State)
 	assert.Equal(t, supportflow.DraftSuperseded, w.status().State)
+}
+
+// Customer activity the draft has already read (a late or repeated
+// delivery of the comment it answers, as a relay whose claim lapsed sends)
+// leaves the proposal awaiting approval: no supersede, no second proposal.
+// Activity newer than it still supersedes.
+func TestDraftReply_StaleActivityLeavesTheProposalAlone(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Cancel please.")
+	var during, after supportflow.DraftStatus
+	w.env.RegisterDelayedCallback(func() {
+		during = w.status()
+		// The comment the draft read, delivered again (envelope times carry
+		// sub-second digits, Zendesk's comment times do not).
+		w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{
+			At: during.Proposal.ConversationThrough.Add(300 * time.Millisecond), Source: "late"})
+	}, time.Hour)
+	w.env.RegisterDelayedCallback(func() { after = w.status() }, 2*time.Hour)
+	w.env.RegisterDelayedCallback(func() {
+		w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{
+			At: during.Proposal.ConversationThrough.Add(5 * time.Second), Source: "new"})
+	}, 3*time.Hour)
+	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
+	require.NotNil(t, during.Proposal)
+	assert.Equal(t, supportflow.DraftAwaitingApproval, after.State, "the stale activity changed nothing")
+	require.NotNil(t, after.Proposal)
+	assert.Equal(t, during.Proposal.ID, after.Proposal.ID)
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, w.env.GetWorkflowError(), &can, "newer activity still supersedes")
+	n, err := w.h.Ledger.CountProposals(context.Background(), ticket)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
 }
 
 // Activity after approval is recorded and ignored: the execution goes on.

@@ -37,9 +37,10 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 		return fmt.Errorf("temporal: %w", err)
 	}
 	defer c.Close()
+	l := ledger.New(pool, cfg.Account)
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval},
-		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, ledger.New(pool, cfg.Account), pool, c, logger)
+		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l}, l, pool, c, logger)
 	if err != nil {
 		return err
 	}
