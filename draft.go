@@ -73,6 +73,13 @@ type DraftProposal struct {
 	// ConversationThrough is the time of the newest comment the draft saw.
 	ConversationThrough time.Time `json:"conversation_through"`
 	Model               string    `json:"model,omitempty"`
+	// PromptTokens and CompletionTokens are what the model server counted
+	// for the completion that wrote it (0 when it did not say).
+	PromptTokens     int64 `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64 `json:"completion_tokens,omitempty"`
+	// OmittedComments is how many middle comments of a long conversation
+	// were left out to fit the model's token budget.
+	OmittedComments int `json:"omitted_comments,omitempty"`
 }
 
 // Proposal is the executable form of a draft: one action that cancels the

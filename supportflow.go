@@ -75,6 +75,16 @@ const (
 	ErrTypeStaleProposal = "StaleProposal"
 	// ErrTypeDraftFailed marks a draft that could not be produced.
 	ErrTypeDraftFailed = "DraftFailed"
+	// ErrTypeModelQuotaExhausted: the model account is out of quota (429
+	// insufficient_quota); someone must add credit. Not retried.
+	ErrTypeModelQuotaExhausted = "ModelQuotaExhausted"
+	// ErrTypeModelContextTooLong: the prompt exceeded the model's context
+	// window (lower SUPPORTFLOW_MODEL_PROMPT_TOKENS). Not retried.
+	ErrTypeModelContextTooLong = "ModelContextTooLong"
+	// ErrTypeModelTruncated: the answer hit the token limit
+	// (finish_reason length; raise SUPPORTFLOW_MODEL_MAX_TOKENS). Not
+	// retried.
+	ErrTypeModelTruncated = "ModelTruncated"
 )
 
 // ExecuteWorkflowID is the workflow ID of a proposal's execution. It is

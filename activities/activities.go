@@ -52,6 +52,9 @@ type Activities struct {
 	Logger *slog.Logger
 	// Metrics counts outcomes; nil counts nothing.
 	Metrics *telemetry.Metrics
+	// PromptTokenBudget bounds a draft's estimated prompt tokens (0: no
+	// bound); a longer conversation is trimmed (Messages).
+	PromptTokenBudget int
 	// ReplyUpdate, when set, is the ticket update (status, tags) every
 	// drafted reply carries, applied with the reply in one Zendesk update.
 	ReplyUpdate *supportflow.TicketUpdate

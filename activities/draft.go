@@ -24,7 +24,7 @@ import (
 // Model is what drafting needs from the model: one streamed completion
 // answering a JSON object. It must not retry on its own.
 type Model interface {
-	Complete(ctx context.Context, msgs []model.Message, onToken func(tokens int)) (string, error)
+	Complete(ctx context.Context, msgs []model.Message, onToken func(tokens int)) (model.Completion, error)
 	Model() string
 }
 
@@ -140,6 +140,9 @@ type promptTicket struct {
 	ActiveSubscriptions []string        `json:"active_subscriptions"`
 	LifetimeOrders      *int64          `json:"lifetime_orders,omitempty"`
 	PreviousAttempt     string          `json:"previous_attempt,omitempty"`
+	// OmittedComments counts the middle comments left out to fit the
+	// token budget (the first and the newest are kept).
+	OmittedComments int `json:"omitted_comments,omitempty"`
 }
 
 type promptComment struct {
@@ -148,8 +151,13 @@ type promptComment struct {
 }
 
 // Messages builds the chat messages for a ticket; outcome (may be empty)
-// says why the previous approved reply was not sent.
-func Messages(t TicketContext, outcome string) []model.Message {
+// says why the previous approved reply was not sent. budget (0: none)
+// bounds the prompt's estimated tokens (EstimateTokens): a conversation
+// over it keeps its first comment (what the ticket is about) and as many of
+// the newest as fit, and says how many it left out, so a long ticket still
+// drafts instead of failing on the model's context window. omitted is that
+// count.
+func Messages(t TicketContext, outcome string, budget int) (msgs []model.Message, omitted int) {
 	pt := promptTicket{
 		TicketID: t.Conversation.TicketID, Subject: t.Conversation.Subject,
 		RequesterName: t.Conversation.RequesterName, ActiveSubscriptions: []string{},
@@ -162,8 +170,46 @@ func Messages(t TicketContext, outcome string) []model.Message {
 		pt.ActiveSubscriptions = slices.Clone(e.ActiveSubscriptions)
 		pt.LifetimeOrders = &e.LifetimeOrders
 	}
-	user, _ := json.Marshal(pt) // plain structs: cannot fail
-	return []model.Message{{Role: "system", Content: systemPrompt}, {Role: "user", Content: string(user)}}
+	build := func() []model.Message {
+		user, _ := json.Marshal(pt) // plain structs: cannot fail
+		return []model.Message{{Role: "system", Content: systemPrompt}, {Role: "user", Content: string(user)}}
+	}
+	msgs = build()
+	if budget <= 0 || EstimateMessages(msgs) <= budget || len(pt.Comments) <= 2 {
+		return msgs, 0
+	}
+	// Newest first: keep the first comment, then add from the newest back
+	// while the estimate stays within the budget (the newest always).
+	first, rest := pt.Comments[0], pt.Comments[1:]
+	var kept []promptComment
+	for i := len(rest) - 1; i >= 0; i-- {
+		trial := append([]promptComment{rest[i]}, kept...)
+		pt.Comments = append([]promptComment{first}, trial...)
+		pt.OmittedComments = len(rest) - len(trial)
+		if len(kept) > 0 && EstimateMessages(build()) > budget {
+			break
+		}
+		kept = trial
+	}
+	pt.Comments = append([]promptComment{first}, kept...)
+	pt.OmittedComments = len(rest) - len(kept)
+	return build(), pt.OmittedComments
+}
+
+// EstimateTokens is a conservative estimate of a text's tokens: three
+// bytes a token (OpenAI's rule of thumb is about four characters of
+// English a token; other scripts take more tokens a character, and take
+// more bytes a character too).
+func EstimateTokens(s string) int { return (len(s) + 2) / 3 }
+
+// EstimateMessages estimates a prompt's tokens, with a few for each
+// message's framing.
+func EstimateMessages(msgs []model.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += EstimateTokens(m.Content) + 4
+	}
+	return n
 }
 
 // GenerateDraft streams a draft from the model and validates it. The
@@ -187,24 +233,45 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 		return supportflow.DraftProposal{}, invalid(fmt.Errorf("%w: the ticket context has no ticket id", supportflow.ErrInvalidInput))
 	}
 	p := &progressOf[supportflow.DraftProgress]{v: supportflow.DraftProgress{Step: "waiting for the model", Attempt: activity.GetInfo(ctx).Attempt}}
-	var content string
+	msgs, omitted := Messages(in.Ticket, in.Outcome, a.PromptTokenBudget)
+	if omitted > 0 {
+		a.log(ctx).Info("conversation trimmed to the prompt token budget", "ticket_id", in.Ticket.Conversation.TicketID,
+			"omitted_comments", omitted, "budget", a.PromptTokenBudget)
+	}
+	var done model.Completion
 	err := a.beating(ctx, p.details, nil, func(ctx context.Context) error {
 		var err error
-		content, err = a.Model.Complete(ctx, Messages(in.Ticket, in.Outcome), func(n int) {
+		done, err = a.Model.Complete(ctx, msgs, func(n int) {
 			p.set(func(v *supportflow.DraftProgress) { v.Step, v.Tokens = "streaming", n })
 		})
 		return err
 	})
+	// Tokens are spent (and billed) whether or not the answer is usable.
+	a.Metrics.ModelTokens(done.Usage.PromptTokens, done.Usage.CompletionTokens)
 	if err != nil {
 		if errors.Is(err, errAttemptOver) {
 			return supportflow.DraftProposal{}, err
 		}
-		a.Metrics.Draft("failed")
+		var kinded interface{ Kind() string }
+		switch {
+		case errors.As(err, &kinded) && kinded.Kind() != model.KindOther:
+			a.Metrics.Draft(kinded.Kind())
+		default:
+			a.Metrics.Draft("failed")
+		}
+		if errors.As(err, &kinded) {
+			if t, ok := modelErrorTypes[kinded.Kind()]; ok && isPermanent(err) {
+				// Its own type, so the draft's error and the Web UI say
+				// what to do: add credit, shorten the prompt, raise the cap.
+				return supportflow.DraftProposal{}, temporal.NewNonRetryableApplicationError(err.Error(), t, err)
+			}
+		}
 		if isPermanent(err) {
 			return supportflow.DraftProposal{}, rejected(err)
 		}
 		return supportflow.DraftProposal{}, err
 	}
+	content := done.Text
 	draft, err := ParseDraft(content, in.Ticket)
 	if err != nil {
 		a.Metrics.Draft("invalid_output")
@@ -214,6 +281,8 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	}
 	draft.ID = in.ProposalID
 	draft.Model = a.Model.Model()
+	draft.PromptTokens, draft.CompletionTokens = done.Usage.PromptTokens, done.Usage.CompletionTokens
+	draft.OmittedComments = omitted
 	if a.ReplyUpdate != nil {
 		u := *a.ReplyUpdate
 		u.Tags = slices.Clone(u.Tags)
@@ -221,6 +290,14 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	}
 	a.Metrics.Draft("generated")
 	return draft, nil
+}
+
+// modelErrorTypes are the activity error types of the model failures that
+// need a person, not a retry.
+var modelErrorTypes = map[string]string{
+	model.KindQuota:         supportflow.ErrTypeModelQuotaExhausted,
+	model.KindContextLength: supportflow.ErrTypeModelContextTooLong,
+	model.KindTruncated:     supportflow.ErrTypeModelTruncated,
 }
 
 // ErrInvalidModelOutput is wrapped by every ParseDraft error.

@@ -2,6 +2,8 @@ package activities_test
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +18,10 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/activities/activitiestest"
+	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -229,4 +233,87 @@ func TestGenerateDraft_ErrorsSayWhatToDo(t *testing.T) {
 	_, err = f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "bad id", Ticket: tc})
 	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
 	assert.Equal(t, 3, f.h.Model.Requests(), "bad input never reaches the model")
+}
+
+// The model as a metered resource: each draft records the server's token
+// counts (on the proposal and as supportflow_model_tokens_total); an answer
+// cut off at the token limit, an account out of quota and a prompt over
+// the context window each fail with their own non-retryable error (a rate
+// limit still retries); and a conversation over the prompt budget is
+// trimmed, keeping its first comment and the newest, so it still drafts.
+func TestModel_UsageTruncationQuotaAndContextBudget(t *testing.T) {
+	f := newDraftFixture(t)
+	ctx := context.Background()
+	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: "supportflow-test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	f.h.Activities.Metrics = tel.Metrics()
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Please cancel.", RequesterName: "Ada"})
+	gen := func(tc activities.TicketContext) (supportflow.DraftProposal, error) {
+		var p supportflow.DraftProposal
+		v, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+		if err == nil {
+			require.NoError(t, v.Get(&p))
+		}
+		return p, err
+	}
+
+	// Usage, on the proposal, in PostgreSQL and in the metrics.
+	p, err := gen(f.load(t, ticket))
+	require.NoError(t, err)
+	assert.Positive(t, p.PromptTokens)
+	assert.Positive(t, p.CompletionTokens)
+	_, err = f.h.Ledger.SaveProposal(ctx, p)
+	require.NoError(t, err)
+	stored, err := f.h.Ledger.GetProposal(ctx, "p-1")
+	require.NoError(t, err)
+	assert.Equal(t, p.PromptTokens, stored.PromptTokens)
+	assert.Equal(t, p.CompletionTokens, stored.CompletionTokens)
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), fmt.Sprintf("supportflow_model_tokens_total{kind=\"prompt\"} %d\n", p.PromptTokens))
+	assert.Contains(t, rec.Body.String(), fmt.Sprintf("supportflow_model_tokens_total{kind=\"completion\"} %d\n", p.CompletionTokens))
+
+	tc := f.load(t, ticket)
+	f.h.Model.Inject(standin.ModelFault{TruncateAfter: 3})
+	_, err = gen(tc)
+	assert.Equal(t, supportflow.ErrTypeModelTruncated, appErr(t, err).Type(), "finish_reason length is not a finished answer")
+	assert.True(t, appErr(t, err).NonRetryable())
+
+	f.h.Model.Inject(standin.ModelFault{Status: 429, Code: "insufficient_quota"})
+	_, err = gen(tc)
+	assert.Equal(t, supportflow.ErrTypeModelQuotaExhausted, appErr(t, err).Type(), "no quota is not a rate limit")
+	assert.True(t, appErr(t, err).NonRetryable())
+	f.h.Model.Inject(standin.ModelFault{Status: 429})
+	_, err = gen(tc)
+	assert.False(t, appErr(t, err).NonRetryable(), "a rate limit is retried")
+
+	// A long conversation: 40 comments of 2 KB against an 8,000-token
+	// window.
+	long := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "History", Description: "FIRST " + strings.Repeat("a", 2000), RequesterName: "Ada"})
+	for i := range 40 {
+		f.h.Zendesk.AddComment(long, standin.SeedComment{Body: fmt.Sprintf("comment-%02d %s", i, strings.Repeat("b", 2000)), Agent: i%2 == 1})
+	}
+	f.h.Zendesk.AddComment(long, standin.SeedComment{Body: "NEWEST please cancel"})
+	f.h.Model.SetContextWindow(8000)
+	ltc := f.load(t, long)
+	_, err = gen(ltc)
+	assert.Equal(t, supportflow.ErrTypeModelContextTooLong, appErr(t, err).Type(), "without a budget the window refuses it")
+	assert.True(t, appErr(t, err).NonRetryable())
+
+	var prompt string
+	f.h.Model.SetResponder(func(req standin.ChatRequest) string {
+		prompt = req.Messages[len(req.Messages)-1].Content
+		return `{"reply": "Done, Ada.", "cancel_subscriptions": []}`
+	})
+	f.h.Activities.PromptTokenBudget = 6000
+	p, err = gen(ltc)
+	require.NoError(t, err, "trimmed to the budget, it drafts")
+	assert.Positive(t, p.OmittedComments)
+	assert.Contains(t, prompt, "FIRST", "the first comment is kept")
+	assert.Contains(t, prompt, "NEWEST", "the newest comment is kept")
+	assert.Contains(t, prompt, "comment-39", "the newest that fit are kept")
+	assert.NotContains(t, prompt, "comment-00 ", "the oldest middle comments are left out")
+	assert.Contains(t, prompt, fmt.Sprintf(`"omitted_comments":%d`, p.OmittedComments))
+	assert.LessOrEqual(t, activities.EstimateMessages([]model.Message{{Content: prompt}}), 6000)
 }

@@ -39,10 +39,11 @@ func (l *Ledger) SaveProposal(ctx context.Context, p supportflow.DraftProposal) 
 		subs = []string{}
 	}
 	tag, err := l.db.Exec(ctx, `
-INSERT INTO proposal (account, proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO proposal (account, proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket,
+                      prompt_tokens, completion_tokens)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (account, proposal_id) DO NOTHING`,
-		l.account, p.ID, p.TicketID, p.Reply, subs, p.Model, p.ConversationThrough, p.UpdateTicket)
+		l.account, p.ID, p.TicketID, p.Reply, subs, p.Model, p.ConversationThrough, p.UpdateTicket, p.PromptTokens, p.CompletionTokens)
 	if err != nil {
 		return false, fmt.Errorf("ledger: save proposal %s: %w", p.ID, err)
 	}
@@ -113,9 +114,10 @@ func (l *Ledger) GetProposal(ctx context.Context, proposalID string) (Proposal, 
 	var decided, errMsg *string
 	err := l.db.QueryRow(ctx, `
 SELECT proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket,
-       state, decided_by, error, created_at, updated_at
+       prompt_tokens, completion_tokens, state, decided_by, error, created_at, updated_at
 FROM proposal WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).Scan(
 		&p.ID, &p.TicketID, &p.Reply, &p.CancelSubscriptions, &p.Model, &p.ConversationThrough, &p.UpdateTicket,
+		&p.PromptTokens, &p.CompletionTokens,
 		&p.State, &decided, &errMsg, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Proposal{}, fmt.Errorf("%w: proposal %s", ErrNotFound, proposalID)

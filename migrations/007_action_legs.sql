@@ -62,9 +62,15 @@ ALTER TABLE action DROP COLUMN has_comment,
 -- for none; part of what the approver saw, so saved with the proposal.
 ALTER TABLE proposal ADD COLUMN update_ticket jsonb;
 
+-- What the model server counted for the completion that wrote a proposal.
+ALTER TABLE proposal ADD COLUMN prompt_tokens bigint NOT NULL DEFAULT 0,
+                     ADD COLUMN completion_tokens bigint NOT NULL DEFAULT 0;
+
 ---- create above / drop below ----
 
-ALTER TABLE proposal DROP COLUMN update_ticket;
+ALTER TABLE proposal DROP COLUMN update_ticket,
+                     DROP COLUMN prompt_tokens,
+                     DROP COLUMN completion_tokens;
 
 ALTER TABLE action ADD COLUMN has_comment boolean NOT NULL DEFAULT false,
                    ADD COLUMN zendesk_audit_id bigint,

@@ -44,6 +44,8 @@ var Vars = []Var{
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
+	{Name: "SUPPORTFLOW_MODEL_PROMPT_TOKENS", Default: "100000", Help: "estimated prompt tokens a draft may send; a longer conversation keeps its first comment and the newest that fit (keep it under the model's context window less SUPPORTFLOW_MODEL_MAX_TOKENS)"},
+	{Name: "SUPPORTFLOW_MODEL_MAX_TOKENS", Default: "4096", Help: "max_completion_tokens of a draft; an answer cut off there fails as ModelTruncated"},
 	{Name: "SUPPORTFLOW_REPLY_STATUS", Default: "", Help: "status a drafted reply sets on the ticket with the reply (open, pending, hold or solved; pending is the usual choice); empty leaves the status"},
 	{Name: "SUPPORTFLOW_REPLY_TAGS", Default: "", Help: "comma-separated tags a drafted reply adds to the ticket with the reply (lower case, no spaces)"},
 	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
@@ -90,6 +92,10 @@ type Worker struct {
 	ReconcileFrom      time.Time
 	ReconcileBackfill  time.Duration
 	ExportRequestsPerM int
+	// PromptTokens and MaxCompletionTokens bound a draft's prompt
+	// (estimated) and answer.
+	PromptTokens        int
+	MaxCompletionTokens int
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -179,6 +185,21 @@ func LoadWorker() (Worker, error) {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE must be 1-600", ErrConfig))
 	} else {
 		c.ExportRequestsPerM = n
+	}
+	for _, v := range []struct {
+		name, def string
+		min, max  int
+		into      *int
+	}{
+		{"SUPPORTFLOW_MODEL_PROMPT_TOKENS", "100000", 1000, 10_000_000, &c.PromptTokens},
+		{"SUPPORTFLOW_MODEL_MAX_TOKENS", "4096", 256, 1_000_000, &c.MaxCompletionTokens},
+	} {
+		n, err := strconv.Atoi(get(v.name, v.def))
+		if err != nil || n < v.min || n > v.max {
+			errs = append(errs, fmt.Errorf("%w: %s must be a whole number from %d to %d", ErrConfig, v.name, v.min, v.max))
+			continue
+		}
+		*v.into = n
 	}
 	c.ReplyUpdate, err = ReplyUpdate(get("SUPPORTFLOW_REPLY_STATUS", ""), get("SUPPORTFLOW_REPLY_TAGS", ""))
 	if err != nil {

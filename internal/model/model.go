@@ -31,6 +31,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,9 @@ type Config struct {
 	// Model is the model name sent with every request, e.g. "gpt-4o-mini".
 	// Required.
 	Model string
+	// MaxCompletionTokens caps the answer (max_completion_tokens); 0 sends
+	// no cap. An answer that reaches it is a *TruncatedError.
+	MaxCompletionTokens int64
 	// HTTPClient carries every request. nil means a new http.Client without
 	// an overall timeout: deadlines come from the context of each call (the
 	// activity's), since a fixed client timeout would cut off long but
@@ -74,6 +78,7 @@ type Config struct {
 type Client struct {
 	completions openai.ChatCompletionService
 	model       string
+	maxTokens   int64
 	apiKey      string // kept only to scrub it from server-provided text
 }
 
@@ -123,6 +128,7 @@ func New(cfg Config) (*Client, error) {
 	return &Client{
 		completions: openai.NewChatCompletionService(opts...),
 		model:       cfg.Model,
+		maxTokens:   cfg.MaxCompletionTokens,
 		apiKey:      cfg.APIKey,
 	}, nil
 }
@@ -146,19 +152,39 @@ type Message struct {
 	Content string
 }
 
+// Usage is what one completion cost, as the server counted it
+// (stream_options.include_usage): zero when the server did not say.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// Completion is a finished answer and what it cost.
+type Completion struct {
+	Text  string
+	Usage Usage
+}
+
 // Complete asks the model for one chat completion whose answer is a JSON
 // object (response_format {"type":"json_object"}) and returns the answer's
-// text. The text is not checked: whether it is the JSON the caller asked for
-// is the caller's decision, since only it knows the schema.
+// text and its token usage. The text is not checked: whether it is the JSON
+// the caller asked for is the caller's decision, since only it knows the
+// schema.
 //
-// The completion is streamed. onToken, if not nil, is called after every
-// chunk that adds content, with the number of such chunks received so far
-// (1, 2, 3, ...), so a caller can heartbeat and report progress; it runs on
-// the calling goroutine and should be quick.
+// The completion is streamed with stream_options.include_usage, so the
+// server's own token counts arrive in a last chunk whose choices are empty
+// (https://platform.openai.com/docs/api-reference/chat/create#chat-create-stream_options).
+// onToken, if not nil, is called after every chunk that adds content, with
+// the number of such chunks received so far (1, 2, 3, ...), so a caller can
+// heartbeat and report progress; it runs on the calling goroutine and
+// should be quick.
 //
 // Complete sends exactly one request and never retries. Its errors:
 //
-//   - the server answered with an HTTP error status: *Error;
+//   - the server answered with an HTTP error status: *Error (Kind says
+//     which: quota exhausted, context too long, rate limited, ...);
+//   - the answer stopped at the token limit (finish_reason "length"): a
+//     *TruncatedError, permanent: the same request stops at the same place;
 //   - ctx was cancelled or its deadline passed, before or during the
 //     stream: an error wrapping ctx.Err(), so errors.Is(err,
 //     context.DeadlineExceeded) holds;
@@ -166,9 +192,9 @@ type Message struct {
 //     content, or ended without a finish reason: a plain error saying how
 //     many tokens had arrived. These are transient and worth retrying;
 //   - msgs is empty or has an unknown role: a plain error (a caller bug).
-func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(tokens int)) (string, error) {
+func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(tokens int)) (Completion, error) {
 	if len(msgs) == 0 {
-		return "", errors.New("model: no messages")
+		return Completion{}, errors.New("model: no messages")
 	}
 	params := openai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(c.model),
@@ -176,6 +202,10 @@ func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(toke
 		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{
 			OfJSONObject: &shared.ResponseFormatJSONObjectParam{},
 		},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	if c.maxTokens > 0 {
+		params.MaxCompletionTokens = openai.Int(c.maxTokens)
 	}
 	for i, m := range msgs {
 		switch m.Role {
@@ -186,7 +216,7 @@ func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(toke
 		case RoleAssistant:
 			params.Messages = append(params.Messages, openai.AssistantMessage(m.Content))
 		default:
-			return "", fmt.Errorf("model: message %d has unknown role %q", i, m.Role)
+			return Completion{}, fmt.Errorf("model: message %d has unknown role %q", i, m.Role)
 		}
 	}
 
@@ -199,10 +229,14 @@ func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(toke
 	defer stream.Close()
 
 	var content strings.Builder
+	var usage Usage
 	tokens := 0
-	finished := false
+	finish := ""
 	for stream.Next() {
 		chunk := stream.Current()
+		if u := chunk.Usage; u.PromptTokens > 0 || u.CompletionTokens > 0 {
+			usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+		}
 		for _, choice := range chunk.Choices {
 			if choice.Index != 0 {
 				continue // only one choice is ever requested
@@ -215,30 +249,59 @@ func (c *Client) Complete(ctx context.Context, msgs []Message, onToken func(toke
 				}
 			}
 			if choice.FinishReason != "" {
-				finished = true
+				finish = choice.FinishReason
 			}
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return "", c.streamError(ctx, err, resp, tokens)
+		return Completion{Usage: usage}, c.streamError(ctx, err, resp, tokens)
 	}
-	if tokens > 0 && finished {
-		return content.String(), nil
+	if finish == "length" {
+		// The answer hit max_completion_tokens or the context window: it
+		// is cut off, and the same request is cut off the same way.
+		// https://platform.openai.com/docs/api-reference/chat/object#chat-object-choices
+		return Completion{Usage: usage}, &TruncatedError{Tokens: tokens, Usage: usage}
+	}
+	if tokens > 0 && finish != "" {
+		return Completion{Text: content.String(), Usage: usage}, nil
 	}
 	if ctx.Err() != nil {
-		return "", fmt.Errorf("model: completion interrupted after %d tokens: %w", tokens, ctx.Err())
+		return Completion{Usage: usage}, fmt.Errorf("model: completion interrupted after %d tokens: %w", tokens, ctx.Err())
 	}
 	if tokens == 0 {
 		if ct := contentType(resp); ct != "" && ct != "text/event-stream" {
 			// A server that ignored "stream": true.
-			return "", fmt.Errorf("model: expected an event stream, got Content-Type %q", ct)
+			return Completion{}, fmt.Errorf("model: expected an event stream, got Content-Type %q", ct)
 		}
-		return "", errors.New("model: stream ended without any content")
+		return Completion{Usage: usage}, errors.New("model: stream ended without any content")
 	}
 	// The SDK ends a stream quietly on EOF as well as on [DONE], so a
-	// missing finish_reason is the only sign of a truncated answer.
-	return "", fmt.Errorf("model: stream ended after %d tokens without finishing", tokens)
+	// missing finish_reason is the only sign of a truncated stream.
+	return Completion{Usage: usage}, fmt.Errorf("model: stream ended after %d tokens without finishing", tokens)
 }
+
+// TruncatedError is an answer the model stopped at its token limit
+// (finish_reason "length"): the JSON is cut off. Sending the same request
+// again stops at the same place, so it is permanent; a shorter prompt or a
+// higher MaxCompletionTokens is the fix.
+type TruncatedError struct {
+	Tokens int
+	Usage  Usage
+}
+
+func (e *TruncatedError) Error() string {
+	return fmt.Sprintf("model: the answer was cut off at the token limit (finish_reason length) after %d chunks, %d completion tokens",
+		e.Tokens, e.Usage.CompletionTokens)
+}
+
+// Permanent is true: the same request is cut off the same way.
+func (e *TruncatedError) Permanent() bool { return true }
+
+// MayHaveLanded is false: a completion changes nothing.
+func (e *TruncatedError) MayHaveLanded() bool { return false }
+
+// Kind is KindTruncated.
+func (e *TruncatedError) Kind() string { return KindTruncated }
 
 // streamError turns an error from the SDK's stream into Complete's error.
 func (c *Client) streamError(ctx context.Context, err error, resp *http.Response, tokens int) error {
@@ -250,7 +313,9 @@ func (c *Client) streamError(ctx context.Context, err error, resp *http.Response
 		if apiErr.Response != nil {
 			h = apiErr.Response.Header
 		}
-		return c.newError(apiErr.StatusCode, apiErr.Code, apiErr.Message, h)
+		e := c.newError(apiErr.StatusCode, apiErr.Code, apiErr.Message, h)
+		e.Type = c.redact(apiErr.Type)
+		return e
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("model: completion interrupted after %d tokens: %w", tokens, ctx.Err())
@@ -322,6 +387,9 @@ type Error struct {
 	// Code is OpenAI's error code ("invalid_api_key",
 	// "rate_limit_exceeded", ...), or "" when the server sent none.
 	Code string
+	// Type is OpenAI's error type ("invalid_request_error",
+	// "insufficient_quota", ...), or "".
+	Type string
 	// Message is the server's error message, or "" when the body was not
 	// OpenAI's error object.
 	Message string
@@ -349,11 +417,52 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// What a model failure is, for metrics and the activity's error type.
+const (
+	// KindQuota: the account has no quota left (429 insufficient_quota and
+	// its billing codes). Waiting does not help; someone must add credit.
+	KindQuota = "quota_exhausted"
+	// KindContextLength: the prompt is longer than the model's context
+	// window (400 context_length_exceeded).
+	KindContextLength = "context_length_exceeded"
+	// KindRateLimit: too many requests or tokens per minute (429); retried
+	// after Retry-After.
+	KindRateLimit = "rate_limited"
+	// KindTruncated: the answer stopped at the token limit.
+	KindTruncated = "truncated"
+	// KindOther is every other failure.
+	KindOther = "other"
+)
+
+// quotaCodes are the error codes (and the type) OpenAI answers with a 429
+// when the account is out of money, not over a rate: retrying does not
+// restore access. https://platform.openai.com/docs/guides/error-codes
+var quotaCodes = []string{"insufficient_quota", "credit_balance_exhausted", "organization_spend_limit_exceeded",
+	"project_spend_limit_exceeded", "organization_usage_limit_exceeded"}
+
+// Kind classifies the failure (KindQuota, KindContextLength, ...).
+func (e *Error) Kind() string {
+	switch {
+	case slices.Contains(quotaCodes, e.Code) || slices.Contains(quotaCodes, e.Type):
+		return KindQuota
+	case e.Code == "context_length_exceeded":
+		return KindContextLength
+	case e.StatusCode == http.StatusTooManyRequests:
+		return KindRateLimit
+	}
+	return KindOther
+}
+
 // Permanent reports whether sending the same request again cannot succeed:
-// a malformed request (400, 422), bad credentials (401), no access (403) or
-// an unknown model or endpoint (404). Everything else (408, 409, 429, 5xx,
-// unusual statuses) may pass on a later attempt.
-func (e *Error) Permanent() bool { return httpretry.PermanentStatus(e.StatusCode) }
+// a malformed request (400, 422, a prompt over the context window), bad
+// credentials (401), no access (403), an unknown model or endpoint (404),
+// or an account out of quota (429 insufficient_quota: only a person adding
+// credit helps, so retrying it like a rate limit only burns attempts).
+// Everything else (408, 409, a rate-limit 429, 5xx, unusual statuses) may
+// pass on a later attempt.
+func (e *Error) Permanent() bool {
+	return httpretry.PermanentStatus(e.StatusCode) || e.Kind() == KindQuota
+}
 
 // MayHaveLanded is always false: a completion changes nothing anywhere, so
 // retrying it can never apply anything twice.

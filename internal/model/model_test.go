@@ -104,7 +104,7 @@ func TestModelCompleteStreamsDeterministicAnswer(t *testing.T) {
 	got, err := c.Complete(testCtx(t), msgs, func(n int) { counts = append(counts, n) })
 	require.NoError(t, err)
 
-	a := decodeAnswer(t, got)
+	a := decodeAnswer(t, got.Text)
 	assert.Equal(t, `Hi Ann, thanks for writing about "Billing question". We are looking into it and will follow up shortly.`, a.Reply)
 	assert.NotNil(t, a.CancelSubscriptions)
 	assert.Empty(t, a.CancelSubscriptions)
@@ -117,7 +117,7 @@ func TestModelCompleteStreamsDeterministicAnswer(t *testing.T) {
 	// The same input always gives the same answer; nil onToken is fine.
 	again, err := c.Complete(testCtx(t), msgs, nil)
 	require.NoError(t, err)
-	assert.Equal(t, got, again)
+	assert.Equal(t, got.Text, again.Text)
 	assert.Equal(t, 2, m.Requests())
 	assert.Equal(t, 2, m.Completions())
 }
@@ -126,7 +126,7 @@ func TestModelCompleteProposesCancellation(t *testing.T) {
 	_, c := newModelEnv(t, testModelKey, testModelKey)
 	got, err := c.Complete(testCtx(t), draftPrompt(t, "Please CANCEL everything."), nil)
 	require.NoError(t, err)
-	a := decodeAnswer(t, got)
+	a := decodeAnswer(t, got.Text)
 	assert.Equal(t, []string{"sub_1", "sub_2"}, a.CancelSubscriptions)
 	assert.Contains(t, a.Reply, "I have cancelled your subscriptions sub_1, sub_2.")
 	assert.True(t, strings.HasPrefix(a.Reply, "Hi Ann, "))
@@ -150,7 +150,7 @@ func TestModelCompleteSendsChatRequest(t *testing.T) {
 	}
 	got, err := c.Complete(testCtx(t), msgs, nil)
 	require.NoError(t, err)
-	assert.Equal(t, `{"reply": "ok", "cancel_subscriptions": []}`, got)
+	assert.Equal(t, `{"reply": "ok", "cancel_subscriptions": []}`, got.Text)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -334,7 +334,7 @@ func TestModelTokenDelaySlowsStream(t *testing.T) {
 	start := time.Now()
 	got, err := c.Complete(testCtx(t), msgs, func(n int) { last = n })
 	require.NoError(t, err)
-	assert.Equal(t, want, got)
+	assert.Equal(t, want.Text, got.Text)
 	assert.GreaterOrEqual(t, time.Since(start), time.Duration(last-1)*10*time.Millisecond)
 	assert.Equal(t, 2, m.Completions())
 }
@@ -356,8 +356,8 @@ func TestModelInvalidJSONIsReturned(t *testing.T) {
 	m.Inject(standin.ModelFault{InvalidJSON: true})
 	got, err := c.Complete(testCtx(t), draftPrompt(t, "hi"), nil)
 	require.NoError(t, err, "validating the answer is the caller's job")
-	assert.True(t, strings.HasPrefix(got, "Sure! "), got)
-	assert.False(t, json.Valid([]byte(got)))
+	assert.True(t, strings.HasPrefix(got.Text, "Sure! "), got.Text)
+	assert.False(t, json.Valid([]byte(got.Text)))
 }
 
 // sseServer serves a hand-written stream, to see how the client handles

@@ -62,6 +62,13 @@ type ModelFault struct {
 	// InvalidJSON answers normally, but with content that is not a JSON
 	// object: the answer prefixed with chatter.
 	InvalidJSON bool
+	// Code, with Status, is the error's code (and, for OpenAI's billing
+	// codes such as "insufficient_quota", its type too), as OpenAI answers
+	// an account out of quota with a 429 that is not a rate limit.
+	Code string
+	// TruncateAfter, when > 0, stops the answer after that many chunks
+	// with finish_reason "length", as a model does at max_completion_tokens.
+	TruncateAfter int
 	// Arrived, if non-nil, is notified (non-blocking send) when a request
 	// the fault applies to arrives, so a test can act mid-call.
 	Arrived chan<- struct{}
@@ -114,6 +121,27 @@ type Model struct {
 
 	mu        sync.Mutex
 	responder func(ChatRequest) string
+	// contextWindow, when > 0, refuses longer prompts (SetContextWindow).
+	contextWindow atomic.Int64
+	promptMax     atomic.Int64
+}
+
+// SetContextWindow makes prompts longer than tokens (counted as a
+// tokenizer would, about four bytes a token) fail with OpenAI's 400
+// context_length_exceeded; 0 removes the limit.
+func (m *Model) SetContextWindow(tokens int) { m.contextWindow.Store(int64(tokens)) }
+
+// LargestPrompt returns the largest prompt seen, in the same tokens.
+func (m *Model) LargestPrompt() int { return int(m.promptMax.Load()) }
+
+// promptTokens counts a request's prompt about as a tokenizer does for
+// English: four bytes a token, plus a few for each message's framing.
+func promptTokens(req ChatRequest) int64 {
+	var n int64
+	for _, msg := range req.Messages {
+		n += int64(len(msg.Content)+3)/4 + 4
+	}
+	return n
 }
 
 // NewModel returns a chat-completions stand-in that requires
@@ -191,6 +219,12 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.RetryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(f.RetryAfter), 10))
 			}
+			if f.Code == "insufficient_quota" {
+				// https://platform.openai.com/docs/guides/error-codes
+				writeOpenAIError(w, f.Status, "insufficient_quota", "", f.Code,
+					"You exceeded your current quota, please check your plan and billing details.")
+				return
+			}
 			writeOpenAIFault(w, f.Status)
 			return
 		}
@@ -204,6 +238,20 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, ok := decodeChatRequest(w, raw, err)
 	if !ok {
 		return
+	}
+	if window := m.contextWindow.Load(); window > 0 {
+		if n := promptTokens(req); n > window {
+			// As OpenAI answers a prompt over the model's context window.
+			writeOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "messages", "context_length_exceeded",
+				fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, n))
+			return
+		}
+	}
+	for n := promptTokens(req); ; {
+		old := m.promptMax.Load()
+		if n <= old || m.promptMax.CompareAndSwap(old, n) {
+			break
+		}
 	}
 	content := m.answer(req)
 	if f != nil && f.InvalidJSON {
@@ -286,7 +334,12 @@ func (m *Model) stream(ctx context.Context, w http.ResponseWriter, req ChatReque
 		<-ctx.Done()
 		return
 	}
+	stop := "stop"
 	for i, piece := range splitWords(content) {
+		if f != nil && f.TruncateAfter > 0 && i == f.TruncateAfter {
+			stop = "length"
+			break
+		}
 		if i > 0 && !sleepContext(ctx, tokenDelay) {
 			return
 		}
@@ -294,7 +347,6 @@ func (m *Model) stream(ctx context.Context, w http.ResponseWriter, req ChatReque
 			return
 		}
 	}
-	stop := "stop"
 	if !send([]chunkChoiceJSON{{FinishReason: &stop}}, nil) {
 		return
 	}

@@ -22,6 +22,7 @@ type Metrics struct {
 	lookups     metric.Int64Counter
 	drafts      metric.Int64Counter
 	repairs     metric.Int64Counter
+	modelTokens metric.Int64Counter
 }
 
 // newMetrics creates the instruments on meter. The names carry no _total:
@@ -46,6 +47,8 @@ func newMetrics(meter metric.Meter) (*Metrics, error) {
 		"Reply drafts requested from the model, by outcome (generated, invalid_output, failed).")
 	m.repairs = counter("supportflow_reconcile_repairs",
 		"Tickets whose mirror the reconciler repaired because a webhook delivery was missed, by what was missing (ticket, comment).")
+	m.modelTokens = counter("supportflow_model_tokens",
+		"Tokens the model server counted for drafts, by kind (prompt, completion), including attempts whose answer was refused.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -98,8 +101,20 @@ func (m *Metrics) Lookup(outcome string) {
 	add(m.lookups, attribute.String("outcome", outcome))
 }
 
+// ModelTokens adds one completion's usage:
+// supportflow_model_tokens_total{kind="prompt"|"completion"}.
+func (m *Metrics) ModelTokens(prompt, completion int64) {
+	if m == nil {
+		return
+	}
+	m.modelTokens.Add(context.Background(), prompt, metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "prompt"))))
+	m.modelTokens.Add(context.Background(), completion, metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "completion"))))
+}
+
 // Draft counts one reply draft: supportflow_drafts_total{outcome}, where
-// outcome is "generated", "invalid_output" or "failed".
+// outcome is "generated", "invalid_output", "failed", or a model failure's
+// kind ("quota_exhausted", "context_length_exceeded", "truncated",
+// "rate_limited").
 func (m *Metrics) Draft(outcome string) {
 	if m == nil {
 		return

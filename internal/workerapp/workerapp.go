@@ -62,7 +62,8 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		return err
 	}
 
-	mdl, err := model.New(model.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName, HTTPClient: httpClient})
+	mdl, err := model.New(model.Config{BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, Model: cfg.ModelName, HTTPClient: httpClient,
+		MaxCompletionTokens: int64(cfg.MaxCompletionTokens)})
 	if err != nil {
 		return err
 	}
@@ -98,6 +99,8 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		Durations:     cfg.Durations,
 		Logger:        logger,
 		ReplyUpdate:   cfg.ReplyUpdate,
+		// The prompt budget leaves the answer its room in the window.
+		PromptTokenBudget: cfg.PromptTokens,
 	})
 	store := ingest.NewStore(pool, l, cfg.Account)
 	w.RegisterActivity(&ingest.Reconciler{
