@@ -9,6 +9,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +24,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/supportflow/supportflow"
@@ -49,10 +54,20 @@ func TestMain(m *testing.M) {
 	for name, typ := range supportflow.SearchAttributes {
 		testenv.SearchAttributes[name] = typ
 	}
+	// IDs this run owns: a long-lived Temporal server (TEMPORAL_ADDRESS)
+	// keeps every earlier run's workflows, so ticket IDs (draft and
+	// enrichment workflow IDs) and task queues differ per run.
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	runNonce = hex.EncodeToString(b[:3])
+	ticketIDs.Store(int64(1+binary.BigEndian.Uint64(b[:])%900_000) * 1_000_000)
 	code := testenv.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// runNonce names this run of the test binary (in task queues).
+var runNonce string
 
 const (
 	account    = "127.0.0.1"
@@ -127,7 +142,12 @@ func newStack(t *testing.T) *stack {
 	s.temporal, err = client.Dial(client.Options{HostPort: testenv.TemporalAddress(t), Logger: quietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(s.temporal.Close)
-	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-")
+	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + runNonce
+	// Registered after the client's Close, so it runs before it: what the
+	// test started and left running (a draft awaiting approval on a 72 h
+	// timer) is terminated, so a long-lived server carries nothing of this
+	// run into the next.
+	t.Cleanup(func() { s.terminateLeftovers() })
 	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger}
 	t.Cleanup(func() {
 		s.stopWorker()
@@ -138,6 +158,40 @@ func newStack(t *testing.T) *stack {
 		}
 	})
 	return s
+}
+
+// waitClosed waits until the workflow's latest run is closed.
+func (s *stack) waitClosed(workflowID string) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		d, err := s.temporal.DescribeWorkflowExecution(context.Background(), workflowID, "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}, waitBudget, 50*time.Millisecond, "%s closes", workflowID)
+}
+
+// terminateLeftovers terminates this test's running workflows (those on
+// its task queue), as visibility lists them.
+func (s *stack) terminateLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running'", s.taskQueue)
+	var token []byte
+	for {
+		resp, err := s.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			s.t.Logf("listing leftover workflows: %v", err)
+			return
+		}
+		for _, e := range resp.GetExecutions() {
+			id, run := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
+			if err := s.temporal.TerminateWorkflow(ctx, id, run, "test over"); err != nil {
+				s.t.Logf("terminating leftover %s: %v", id, err)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return
+		}
+	}
 }
 
 func zdHost(u string) string { return strings.TrimPrefix(u, "http://") }

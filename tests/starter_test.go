@@ -33,6 +33,9 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 		return err == nil && p.State == supportflow.DraftRejected && p.DecidedBy == "bo"
 	}, 10*time.Second, 20*time.Millisecond)
 	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_rejected")
+	// The row is written before the draft's last steps: wait for the run
+	// to close (on a server persisting to PostgreSQL that takes a while).
+	s.waitClosed(supportflow.DraftWorkflowID(ticket))
 	require.ErrorIs(t, s.starter.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: st.Proposal.ID}), starter.ErrStaleProposal, "a closed draft")
 
 	const never = int64(99999)

@@ -13,6 +13,7 @@ package devenv
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 )
 
@@ -48,6 +49,33 @@ func freePorts(n int) ([]int, error) {
 			return nil, errors.New("devenv: listener address is not TCP")
 		}
 		ports = append(ports, addr.Port)
+	}
+	return ports, nil
+}
+
+// freeLowPorts is freePorts below 32768: Temporal's SQL schema keeps
+// membership and RPC ports in a smallint column. The ports are probed at
+// random in 10000-32767 (below the kernel's ephemeral range), held open
+// until all are chosen.
+func freeLowPorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("devenv: no free port below 32768")
+		}
+		p := 10000 + rand.IntN(32768-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

@@ -56,6 +56,9 @@ type Temporal struct {
 	UIURL string
 
 	proc *child
+	// cleanup, when set, runs after the process stopped (the real server's
+	// databases and directory).
+	cleanup func()
 }
 
 // StartTemporal starts `temporal server start-dev` (building the pinned CLI
@@ -185,5 +188,10 @@ func pingTemporal(ctx context.Context, address, namespace string) error {
 // Stop shuts the server down (SIGINT, killed if it takes more than 20 s). It
 // is safe to call more than once.
 func (t *Temporal) Stop() error {
-	return t.proc.stop(syscall.SIGINT, 20*time.Second)
+	err := t.proc.stop(syscall.SIGINT, 20*time.Second)
+	if t.cleanup != nil {
+		t.cleanup()
+		t.cleanup = nil
+	}
+	return err
 }

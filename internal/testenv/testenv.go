@@ -7,6 +7,9 @@
 //
 // Servers come from the environment when set (DATABASE_URL,
 // TEMPORAL_ADDRESS); otherwise each test binary starts its own on first use,
+// the Temporal one by the topology SUPPORTFLOW_TEST_TEMPORAL names: "dev"
+// (the default, the CLI's in-memory dev server) or "server" (what compose
+// deploys: the Temporal server on PostgreSQL, fresh databases per binary),
 // on free loopback ports, so packages tested in parallel do not share state.
 // Server output goes to a log file in os.TempDir(), which is kept (and its
 // path printed) when a server fails to start or a test fails, and removed
@@ -115,10 +118,42 @@ func startPostgres(log io.Writer) (string, func() error, error) {
 	return pg.URL, pg.Stop, nil
 }
 
+// Topology is the Temporal a test binary starts: SUPPORTFLOW_TEST_TEMPORAL,
+// "dev" when unset.
+func Topology() string {
+	if v := os.Getenv("SUPPORTFLOW_TEST_TEMPORAL"); v != "" {
+		return v
+	}
+	return "dev"
+}
+
 func startTemporal(log io.Writer) (string, func() error, error) {
-	// Generous: the first run on a machine may build the CLI.
+	// Generous: the first run on a machine may build the CLI or the server.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	switch Topology() {
+	case "dev":
+	case "server":
+		pgURL := os.Getenv("DATABASE_URL")
+		if pgURL == "" {
+			var err error
+			if pgURL, err = postgresServer.start(startPostgres); err != nil {
+				return "", nil, err
+			}
+		}
+		srv, err := devenv.StartTemporalServer(ctx, devenv.TemporalServerOptions{
+			PostgresURL:      pgURL,
+			SearchAttributes: maps.Clone(SearchAttributes),
+			Log:              log,
+			Progress:         os.Stderr,
+		})
+		if err != nil {
+			return "", nil, err
+		}
+		return srv.Address, srv.Stop, nil
+	default:
+		return "", nil, fmt.Errorf("testenv: SUPPORTFLOW_TEST_TEMPORAL=%q: want dev or server", Topology())
+	}
 	tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
 		SearchAttributes: maps.Clone(SearchAttributes),
 		Log:              log,
@@ -146,6 +181,19 @@ type server struct {
 // failed, every caller fails with the same error.
 func (s *server) get(t testing.TB, start func(log io.Writer) (string, func() error, error)) string {
 	t.Helper()
+	addr, err := s.start(start)
+	if err != nil {
+		if s.logFile != nil {
+			t.Logf("testenv: %s server log: %s", s.name, s.logFile.Name())
+		}
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// start is get without a test: the address, or the error every caller
+// gets.
+func (s *server) start(start func(log io.Writer) (string, func() error, error)) (string, error) {
 	s.once.Do(func() {
 		f, err := os.CreateTemp("", "testenv-"+s.name+"-*.log")
 		if err != nil {
@@ -157,13 +205,7 @@ func (s *server) get(t testing.TB, start func(log io.Writer) (string, func() err
 			s.err = fmt.Errorf("testenv: starting %s (log: %s): %w", s.name, f.Name(), err)
 		}
 	})
-	if s.err != nil {
-		if s.logFile != nil {
-			t.Logf("testenv: %s server log: %s", s.name, s.logFile.Name())
-		}
-		t.Fatal(s.err)
-	}
-	return s.addr
+	return s.addr, s.err
 }
 
 // shutdown stops the server if it was started and removes its log unless
