@@ -172,7 +172,7 @@ func (s *stack) waitClosed(workflowID string) {
 // terminateLeftovers terminates this test's running workflows (those on
 // its task queue), as visibility lists them.
 func (s *stack) terminateLeftovers() {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	query := fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running'", s.taskQueue)
 	var token []byte
@@ -253,6 +253,11 @@ func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 		"SUPPORTFLOW_RETRY_CAP=2s",
 		"SUPPORTFLOW_DRAIN_TIMEOUT=1s",
 		"SUPPORTFLOW_LOG_LEVEL=info",
+		// The stand-ins have no rate limits (TestLoad sets its own).
+		"SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_ZENDESK_CONCURRENCY=200",
+		"SUPPORTFLOW_MODEL_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_MODEL_CONCURRENCY=200",
+		"SUPPORTFLOW_BIGQUERY_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_BIGQUERY_CONCURRENCY=200",
+		"SUPPORTFLOW_SUBSCRIPTIONS_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_SUBSCRIPTIONS_CONCURRENCY=200",
 	)
 	cmd.Env = append(cmd.Env, s.extraEnv...)
 	w := &prefixWriter{mu: &s.mu, buf: s.logs, prefix: fmt.Sprintf("[worker %d] ", s.workers)}

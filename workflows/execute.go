@@ -57,8 +57,17 @@ func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, star
 	if heartbeat {
 		opts.HeartbeatTimeout = d.HeartbeatTimeout
 	}
+	if r := policy.ResourceOf(kind); r != "" && workflow.GetVersion(ctx, versionResourceQueues, workflow.DefaultVersion, 1) == 1 {
+		// Work on a rate-limited service waits in that service's queue,
+		// where the fleet-wide rate applies.
+		opts.TaskQueue = policy.ResourceQueue(workflow.GetInfo(ctx).TaskQueueName, r)
+	}
 	return workflow.WithActivityOptions(ctx, opts)
 }
+
+// versionResourceQueues marks the change that runs each rate-limited
+// service's activities on its own task queue.
+const versionResourceQueues = "resource-queues"
 
 // PostReplyDeadline is PostReply's start-to-close timeout: it reads the
 // ticket's stamp, may search its audits, and posts, each bounded by the

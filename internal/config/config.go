@@ -44,6 +44,14 @@ var Vars = []Var{
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
+	{Name: "SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE", Default: "200", Help: "Zendesk API requests a minute for the whole fleet (your plan's limit: Team 200, Professional 400, Enterprise 700); the zendesk queue's server-enforced activity rate is a third of it, an activity making up to three calls"},
+	{Name: "SUPPORTFLOW_ZENDESK_CONCURRENCY", Default: "8", Help: "Zendesk activities one worker runs at once"},
+	{Name: "SUPPORTFLOW_MODEL_REQUESTS_PER_MINUTE", Default: "500", Help: "model requests a minute for the whole fleet (the provider's RPM for the model)"},
+	{Name: "SUPPORTFLOW_MODEL_CONCURRENCY", Default: "4", Help: "model calls one worker streams at once"},
+	{Name: "SUPPORTFLOW_BIGQUERY_REQUESTS_PER_MINUTE", Default: "600", Help: "BigQuery lookups a minute for the whole fleet"},
+	{Name: "SUPPORTFLOW_BIGQUERY_CONCURRENCY", Default: "8", Help: "BigQuery lookups one worker runs at once"},
+	{Name: "SUPPORTFLOW_SUBSCRIPTIONS_REQUESTS_PER_MINUTE", Default: "600", Help: "subscription-service cancellation activities a minute for the whole fleet"},
+	{Name: "SUPPORTFLOW_SUBSCRIPTIONS_CONCURRENCY", Default: "8", Help: "cancellation activities one worker runs at once"},
 	{Name: "SUPPORTFLOW_MODEL_PROMPT_TOKENS", Default: "100000", Help: "estimated prompt tokens a draft may send; a longer conversation keeps its first comment and the newest that fit (keep it under the model's context window less SUPPORTFLOW_MODEL_MAX_TOKENS)"},
 	{Name: "SUPPORTFLOW_MODEL_MAX_TOKENS", Default: "4096", Help: "max_completion_tokens of a draft; an answer cut off there fails as ModelTruncated"},
 	{Name: "SUPPORTFLOW_REPLY_STATUS", Default: "", Help: "status a drafted reply sets on the ticket with the reply (open, pending, hold or solved; pending is the usual choice); empty leaves the status"},
@@ -96,7 +104,40 @@ type Worker struct {
 	// (estimated) and answer.
 	PromptTokens        int
 	MaxCompletionTokens int
+	// Limits are each resource's fleet-wide rate and per-worker
+	// concurrency (policy.Resources).
+	Limits map[string]ResourceLimit
 }
+
+// ResourceLimit bounds the work on one rate-limited service.
+type ResourceLimit struct {
+	// PerMinute is the fleet-wide requests a minute.
+	PerMinute int
+	// Concurrency is how many of its activities one worker runs at once.
+	Concurrency int
+	// CallsPerActivity is how many requests one activity may make: the
+	// queue's activity rate is PerMinute / 60 / CallsPerActivity.
+	CallsPerActivity int
+}
+
+// ActivitiesPerSecond is the queue's server-enforced activity rate: the
+// requests a minute spread over the minute, divided among an activity's
+// calls, less a tenth, because the server's limiter lets a second's worth
+// through at once and the service counts any window.
+func (l ResourceLimit) ActivitiesPerSecond() float64 {
+	return 0.9 * float64(l.PerMinute) / 60 / float64(max(1, l.CallsPerActivity))
+}
+
+// callsPerActivity is the most requests one activity of a resource makes:
+// a Zendesk write reads the ticket, may search its audits and writes (a
+// read: the ticket and its comments); the others make one.
+var callsPerActivity = map[string]int{"zendesk": 3, "model": 1, "bigquery": 1, "subscriptions": 1}
+
+// limitDefaults are each resource's requests a minute and concurrency:
+// Zendesk's Team plan (200 a minute,
+// https://developer.zendesk.com/api-reference/introduction/rate-limits/),
+// a model's usual first-tier RPM, and room for the others.
+var limitDefaults = map[string][2]string{"zendesk": {"200", "8"}, "model": {"500", "4"}, "bigquery": {"600", "8"}, "subscriptions": {"600", "8"}}
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("configuration")
@@ -186,20 +227,35 @@ func LoadWorker() (Worker, error) {
 	} else {
 		c.ExportRequestsPerM = n
 	}
-	for _, v := range []struct {
+	type intVar struct {
 		name, def string
 		min, max  int
 		into      *int
-	}{
+	}
+	ints := []intVar{
 		{"SUPPORTFLOW_MODEL_PROMPT_TOKENS", "100000", 1000, 10_000_000, &c.PromptTokens},
 		{"SUPPORTFLOW_MODEL_MAX_TOKENS", "4096", 256, 1_000_000, &c.MaxCompletionTokens},
-	} {
+	}
+	limits := map[string]*ResourceLimit{}
+	for _, r := range []string{"zendesk", "model", "bigquery", "subscriptions"} {
+		l := &ResourceLimit{CallsPerActivity: callsPerActivity[r]}
+		limits[r] = l
+		up, def := strings.ToUpper(r), limitDefaults[r]
+		ints = append(ints,
+			intVar{"SUPPORTFLOW_" + up + "_REQUESTS_PER_MINUTE", def[0], 1, 1_000_000, &l.PerMinute},
+			intVar{"SUPPORTFLOW_" + up + "_CONCURRENCY", def[1], 1, 10_000, &l.Concurrency})
+	}
+	for _, v := range ints {
 		n, err := strconv.Atoi(get(v.name, v.def))
 		if err != nil || n < v.min || n > v.max {
 			errs = append(errs, fmt.Errorf("%w: %s must be a whole number from %d to %d", ErrConfig, v.name, v.min, v.max))
 			continue
 		}
 		*v.into = n
+	}
+	c.Limits = map[string]ResourceLimit{}
+	for r, l := range limits {
+		c.Limits[r] = *l
 	}
 	c.ReplyUpdate, err = ReplyUpdate(get("SUPPORTFLOW_REPLY_STATUS", ""), get("SUPPORTFLOW_REPLY_TAGS", ""))
 	if err != nil {

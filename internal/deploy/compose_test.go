@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,9 +15,12 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -481,4 +485,37 @@ func TestComposeAPIService(t *testing.T) {
 	if hc := service(t, p, workerService).HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "/metrics") {
 		t.Errorf("worker: healthcheck %+v must probe its /metrics endpoint", hc)
 	}
+}
+
+// The Temporal service runs with supportflow's dynamic config, mounted
+// read-only from deploy/, and that file holds exactly the values the
+// production-topology tests run with (comments aside).
+func TestComposeMountsTheDynamicConfig(t *testing.T) {
+	p := project(t)
+	svc, err := p.GetService("temporal")
+	require.NoError(t, err)
+	path := svc.Environment["DYNAMIC_CONFIG_FILE_PATH"]
+	require.NotNil(t, path)
+	assert.Equal(t, "config/dynamicconfig/supportflow.yaml", *path)
+	var mounted bool
+	for _, v := range svc.Volumes {
+		if v.Target == "/etc/temporal/"+*path {
+			mounted = true
+			assert.True(t, v.ReadOnly)
+			want, err := filepath.Abs(filepath.Join(repoRoot, "deploy", "temporal-dynamicconfig.yaml"))
+			require.NoError(t, err)
+			assert.Equal(t, want, v.Source)
+		}
+	}
+	assert.True(t, mounted, "the dynamic config file is mounted where DYNAMIC_CONFIG_FILE_PATH points")
+
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "temporal-dynamicconfig.yaml"))
+	require.NoError(t, err)
+	var values []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			values = append(values, line)
+		}
+	}
+	assert.Equal(t, devenv.DeployedDynamicConfig, strings.Join(values, "\n")+"\n")
 }

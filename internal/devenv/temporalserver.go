@@ -305,16 +305,21 @@ func applyTemporalSchema(ctx context.Context, tool string, db *url.URL, versione
 	return nil
 }
 
-// testDynamicConfig mirrors deploy/temporal-dynamicconfig.yaml (what
-// compose mounts), plus the search-attribute cache refresh a test needs to
-// use attributes right after adding them.
-const testDynamicConfig = `matching.numTaskqueueReadPartitions:
+// testDynamicConfig is deploy/temporal-dynamicconfig.yaml (what compose
+// mounts; a test in internal/deploy keeps the two equal), plus the
+// search-attribute cache refresh a test needs to use attributes right
+// after adding them.
+const testDynamicConfig = DeployedDynamicConfig + `system.forceSearchAttributesCacheRefreshOnRead:
+  - value: true
+`
+
+// DeployedDynamicConfig is the dynamic config compose deploys, without its
+// comments.
+const DeployedDynamicConfig = `matching.numTaskqueueReadPartitions:
   - value: 1
 matching.numTaskqueueWritePartitions:
   - value: 1
 system.enableActivityEagerExecution:
-  - value: true
-system.forceSearchAttributesCacheRefreshOnRead:
   - value: true
 `
 

@@ -221,6 +221,41 @@ const (
 	KindLedger Kind = "ledger"
 )
 
+// Resources are the rate-limited services a worker's activities call. Work
+// that calls one runs on that resource's own task queue (ResourceQueue),
+// where the server enforces a fleet-wide rate and each worker a
+// concurrency cap, so a burst of work waits in the queue instead of
+// meeting the service's rate limit with 429s.
+var Resources = []string{ResourceZendesk, ResourceModel, ResourceBigQuery, ResourceSubscriptions}
+
+// The resources.
+const (
+	ResourceZendesk       = "zendesk"
+	ResourceModel         = "model"
+	ResourceBigQuery      = "bigquery"
+	ResourceSubscriptions = "subscriptions"
+)
+
+// ResourceOf is the resource a kind of work calls, "" for none (ledger
+// bookkeeping stays on the workflows' own queue).
+func ResourceOf(k Kind) string {
+	switch k {
+	case KindZendesk, KindZendeskRead:
+		return ResourceZendesk
+	case KindModel:
+		return ResourceModel
+	case KindBigQuery:
+		return ResourceBigQuery
+	case KindSubscriptions:
+		return ResourceSubscriptions
+	}
+	return ""
+}
+
+// ResourceQueue is the task queue of a resource's work for workflows on
+// base.
+func ResourceQueue(base, resource string) string { return base + "-" + resource }
+
 // Budgets is the number of attempts per kind; 0 means unlimited.
 var Budgets = map[Kind]int32{
 	KindZendesk:       10,

@@ -121,6 +121,7 @@ type Model struct {
 
 	mu        sync.Mutex
 	responder func(ChatRequest) string
+	meter     meter
 	// contextWindow, when > 0, refuses longer prompts (SetContextWindow).
 	contextWindow atomic.Int64
 	promptMax     atomic.Int64
@@ -198,6 +199,21 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.requests.Add(1)
+	m.meter.serve(w, r, func(w http.ResponseWriter) {
+		writeOpenAIError(w, http.StatusTooManyRequests, "requests", "", "rate_limit_exceeded", "Rate limit reached for requests. Please try again later.")
+	}, func() { m.serve(w, r) })
+}
+
+// SetRateLimit makes the stand-in answer 429 rate_limit_exceeded with
+// Retry-After to requests over limit in any window (a minute when 0), as a
+// provider enforces RPM, and resets Load; limit 0 only measures.
+func (m *Model) SetRateLimit(limit int, window time.Duration) { m.meter.setLimit(limit, window) }
+
+// Load is the pace completions were requested at, and the most streamed at
+// once.
+func (m *Model) Load() Load { return m.meter.get() }
+
+func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// Read the whole body first: only then does net/http watch the
 	// connection and cancel ctx when the client goes away, which every

@@ -90,6 +90,7 @@ type Zendesk struct {
 
 	faults Faults
 	log    requestLog
+	meter  meter
 	mux    *http.ServeMux
 
 	hooks webhooks
@@ -155,9 +156,22 @@ func (z *Zendesk) Requests(method, pathPrefix string) int {
 // ServeHTTP implements http.Handler.
 func (z *Zendesk) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	z.log.add(r)
-	f := z.faults.match(r)
-	serveWithFault(w, r, f, zendeskFaultBody, http.HandlerFunc(z.serveAuthenticated))
+	z.meter.serve(w, r, func(w http.ResponseWriter) {
+		writeJSON(w, http.StatusTooManyRequests, zendeskError{Error: "APIRateLimitExceeded",
+			Description: "Number of allowed API requests per minute exceeded"})
+	}, func() {
+		f := z.faults.match(r)
+		serveWithFault(w, r, f, zendeskFaultBody, http.HandlerFunc(z.serveAuthenticated))
+	})
 }
+
+// SetRateLimit makes the stand-in answer 429 with Retry-After, as Zendesk
+// does, to requests over limit in any window (a minute when 0), and resets
+// Load; limit 0 only measures.
+func (z *Zendesk) SetRateLimit(limit int, window time.Duration) { z.meter.setLimit(limit, window) }
+
+// Load is the pace the API was called at (every endpoint, webhooks aside).
+func (z *Zendesk) Load() Load { return z.meter.get() }
 
 // serveAuthenticated routes r if it carries the API-token credential.
 func (z *Zendesk) serveAuthenticated(w http.ResponseWriter, r *http.Request) {

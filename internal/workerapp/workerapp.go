@@ -86,11 +86,29 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	m := metricsOf(tel)
 	w := worker.New(c, cfg.TaskQueue, Options(cfg, m))
 	(&workflows.Workflows{Durations: cfg.Durations, EnrichmentMode: cfg.EnrichmentMode}).Register(w)
+	// One worker per rate-limited service, on its own task queue: the
+	// server hands out its activities no faster than the fleet-wide rate,
+	// and this worker runs no more than its concurrency at once. Every
+	// worker registers every activity; the workflows choose the queue.
+	workers := []worker.Worker{w}
+	for _, r := range policy.Resources {
+		opts := Options(cfg, m)
+		lim := cfg.Limits[r]
+		opts.TaskQueueActivitiesPerSecond = lim.ActivitiesPerSecond()
+		opts.MaxConcurrentActivityExecutionSize = lim.Concurrency
+		opts.DisableWorkflowWorker = true
+		workers = append(workers, worker.New(c, policy.ResourceQueue(cfg.TaskQueue, r), opts))
+	}
+	register := func(a any) {
+		for _, w := range workers {
+			w.RegisterActivity(a)
+		}
+	}
 	ea := EnrichmentActivities(cfg, pool, bq, logger)
 	ea.Metrics = m
-	w.RegisterActivity(ea)
+	register(ea)
 	l := ledger.New(pool, cfg.Account)
-	w.RegisterActivity(&activities.Activities{
+	register(&activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
 		Model:         mdl,
@@ -103,7 +121,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		PromptTokenBudget: cfg.PromptTokens,
 	})
 	store := ingest.NewStore(pool, l, cfg.Account)
-	w.RegisterActivity(&ingest.Reconciler{
+	register(&ingest.Reconciler{
 		Store: store, Ledger: l, Export: zd,
 		RequestsPerMinute: cfg.ExportRequestsPerM, BackfillFrom: cfg.ReconcileFrom, Backfill: cfg.ReconcileBackfill,
 		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Retention: cfg.Durations.Fill().Retention,
@@ -115,6 +133,11 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go relay.Run(relayCtx)
+	for _, r := range policy.Resources {
+		lim := cfg.Limits[r]
+		logger.Info("resource queue", "task_queue", policy.ResourceQueue(cfg.TaskQueue, r),
+			"fleet_requests_per_minute", lim.PerMinute, "activities_per_second", lim.ActivitiesPerSecond(), "worker_concurrency", lim.Concurrency)
+	}
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
 		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)
@@ -127,6 +150,12 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
 		close(interrupt)
 	}()
+	for _, rw := range workers[1:] {
+		if err := rw.Start(); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer rw.Stop()
+	}
 	if err := w.Run(interrupt); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

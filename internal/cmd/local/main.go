@@ -146,6 +146,15 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		if setDefault("SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "2s") && setDefault("SUPPORTFLOW_ENRICH_UPDATE_DELAY", "1s") {
 			say("enrichment delays shortened to 2s/1s for the demo (the product's are 10m/2m)")
 		}
+		// The stand-ins have no rate limits; the product's defaults are
+		// real services' (Zendesk's Team plan: 200 requests a minute).
+		lifted := false
+		for _, r := range []string{"ZENDESK", "MODEL", "BIGQUERY", "SUBSCRIPTIONS"} {
+			lifted = setDefault("SUPPORTFLOW_"+r+"_REQUESTS_PER_MINUTE", "60000") || lifted
+		}
+		if lifted {
+			say("resource rate limits raised to 60,000 requests a minute for the stand-ins")
+		}
 	}
 	generated := false
 	if setDefault("SUPPORTFLOW_API_TOKENS", randomSecret()) {
