@@ -51,6 +51,8 @@ func main() {
 		dynamicConfig[k] = val
 		return nil
 	})
+	flag.StringVar(&externalTemporal, "temporal", "", "host:port of a Temporal server on PostgreSQL (with supportflow's search attributes) for the server column; empty starts one")
+	topologies := flag.String("topologies", "dev,server", "comma-separated columns to measure: dev (the CLI's dev server) and server (Temporal on PostgreSQL)")
 	flag.Parse()
 	for _, p := range strings.Split(*only, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -64,10 +66,24 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := run(ctx, sz, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	var res Results
+	for i, topology := range strings.Split(*topologies, ",") {
+		topology = strings.TrimSpace(topology)
+		if topology != "dev" && topology != "server" {
+			fmt.Fprintf(os.Stderr, "bench: -topologies takes dev and server, not %q\n", topology)
+			os.Exit(2)
+		}
+		r, err := run(ctx, sz, os.Stderr, topology)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench (%s): %v\n", topology, err)
+			os.Exit(1)
+		}
+		if i == 0 {
+			res = r
+		} else {
+			res.Columns = append(res.Columns, r)
+			res.Elapsed += r.Elapsed
+		}
 	}
 	printTable(os.Stdout, res)
 	b, _ := json.MarshalIndent(res, "", "  ")
@@ -84,7 +100,12 @@ func main() {
 
 // Results are every figure of a run.
 type Results struct {
-	Size    string    `json:"size"`
+	Size string `json:"size"`
+	// Topology is the Temporal the figures were measured on: "dev" (the
+	// CLI's dev server) or "server" (the Temporal server on PostgreSQL).
+	Topology string `json:"topology"`
+	// Columns are the other topologies' figures (Temporal's phases only).
+	Columns []Results `json:"columns,omitempty"`
 	Machine string    `json:"machine"`
 	Started time.Time `json:"started"`
 	Elapsed Duration  `json:"elapsed"`

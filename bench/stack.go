@@ -52,6 +52,10 @@ type stack struct {
 // adds or overrides values.
 var dynamicConfig = map[string]string{"system.enableActivityEagerExecution": "true"}
 
+// externalTemporal is -temporal: the real-server column runs against it
+// instead of a server the bench starts.
+var externalTemporal string
+
 const (
 	benchQueue = "bench"
 	zdEmail    = "bench@example.test"
@@ -59,7 +63,7 @@ const (
 	subsToken  = "bench-subscriptions-token"
 )
 
-func startStack(ctx context.Context, log io.Writer) (_ *stack, err error) {
+func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, err error) {
 	s := &stack{log: log}
 	defer func() {
 		if err != nil {
@@ -89,14 +93,29 @@ func startStack(ctx context.Context, log io.Writer) (_ *stack, err error) {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.pool.Close)
-	tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{SearchAttributes: supportflow.SearchAttributes, Log: io.Discard, Progress: log,
-		DynamicConfig: dynamicConfig})
-	if err != nil {
-		return nil, err
+	switch {
+	case topology == "dev":
+		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{SearchAttributes: supportflow.SearchAttributes, Log: io.Discard, Progress: log,
+			DynamicConfig: dynamicConfig})
+		if err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, func() { _ = tmp.Stop() })
+		s.address = tmp.Address
+	case externalTemporal != "":
+		fmt.Fprintf(log, "bench: using the Temporal server at %s\n", externalTemporal)
+		s.address = externalTemporal
+	default:
+		fmt.Fprintln(log, "bench: starting the Temporal server on PostgreSQL (what compose deploys)")
+		tmp, err := devenv.StartTemporalServer(ctx, devenv.TemporalServerOptions{PostgresURL: pg.URL,
+			SearchAttributes: supportflow.SearchAttributes, Log: io.Discard, Progress: log})
+		if err != nil {
+			return nil, err
+		}
+		s.stops = append(s.stops, func() { _ = tmp.Stop() })
+		s.address = tmp.Address
 	}
-	s.stops = append(s.stops, func() { _ = tmp.Stop() })
-	s.address = tmp.Address
-	if s.temporal, err = client.DialContext(ctx, client.Options{HostPort: tmp.Address, Logger: sdklog.NewStructuredLogger(quietLogger())}); err != nil {
+	if s.temporal, err = client.DialContext(ctx, client.Options{HostPort: s.address, Logger: sdklog.NewStructuredLogger(quietLogger())}); err != nil {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.temporal.Close)
@@ -134,7 +153,7 @@ func startStack(ctx context.Context, log io.Writer) (_ *stack, err error) {
 		return nil, fmt.Errorf("building the worker: %w", err)
 	}
 	s.env = []string{
-		"DATABASE_URL=" + dbURL, "TEMPORAL_ADDRESS=" + tmp.Address, "SUPPORTFLOW_TASK_QUEUE=" + benchQueue,
+		"DATABASE_URL=" + dbURL, "TEMPORAL_ADDRESS=" + s.address, "SUPPORTFLOW_TASK_QUEUE=" + benchQueue,
 		"ZENDESK_URL=" + urls["zd"], "ZENDESK_EMAIL=" + zdEmail, "ZENDESK_API_TOKEN=" + zdToken,
 		"SUBSCRIPTIONS_URL=" + urls["subs"], "SUBSCRIPTIONS_TOKEN=" + subsToken,
 		"MODEL_BASE_URL=" + urls["model"] + "/v1", "MODEL_NAME=standin",

@@ -27,7 +27,8 @@ func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
 	table, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", table)
 	for _, want := range []string{"1. approve -> reply posted", "2. enrichment", "3. ledger per action", "4. worker RSS",
-		"5. one ticket's lifecycle", "6. floor: no-op Temporal workflow", "floor: River no-op job", "GOAL"} {
+		"5. one ticket's lifecycle", "6. floor: no-op Temporal workflow", "floor: River no-op job", "GOAL",
+		"FIGURE (dev server)", "FIGURE (Temporal server on PostgreSQL)"} {
 		assert.Contains(t, string(table), want)
 	}
 	b, err := os.ReadFile(out)
@@ -54,6 +55,16 @@ func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
 		River struct {
 			JobsPerSec float64 `json:"jobs_per_second"`
 		} `json:"river_floor"`
+		Topology string `json:"topology"`
+		Columns  []struct {
+			Topology string `json:"topology"`
+			Approve  struct {
+				N int `json:"n"`
+			} `json:"approve_to_posted_sequential"`
+			Floor struct {
+				PerSecond float64 `json:"per_second"`
+			} `json:"temporal_noop_floor_concurrent"`
+		} `json:"columns"`
 	}
 	require.NoError(t, json.Unmarshal(b, &r))
 	assert.Positive(t, r.Approve.N)
@@ -65,4 +76,9 @@ func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
 	assert.Positive(t, r.Lifecycle.Events)
 	assert.Positive(t, r.Lifecycle.Actions)
 	assert.Positive(t, r.River.JobsPerSec)
+	assert.Equal(t, "dev", r.Topology)
+	require.Len(t, r.Columns, 1, "the real server's column")
+	assert.Equal(t, "server", r.Columns[0].Topology)
+	assert.Positive(t, r.Columns[0].Approve.N)
+	assert.Positive(t, r.Columns[0].Floor.PerSecond)
 }
