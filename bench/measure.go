@@ -77,6 +77,12 @@ func run(ctx context.Context, sz Size, log io.Writer, topology string) (Results,
 			return res, err
 		}
 	}
+	if want("scan") {
+		step(fmt.Sprintf("a scan of %d tickets under the resource limits", sz.ScanTickets))
+		if res.Scan, err = measureScan(ctx, s, sz.ScanTickets); err != nil {
+			return res, err
+		}
+	}
 	if topology != "dev" {
 		// The ledger and River do not touch Temporal: measured once, on
 		// the dev run.

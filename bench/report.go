@@ -81,6 +81,14 @@ func printTable(w io.Writer, r Results) {
 		m := c.Memory
 		return fmt.Sprintf("%.0f MB (idle %.0f MB, peak %.0f MB)", m.RSSMB, m.IdleRSSMB, m.PeakRSSMB)
 	}, "<= 150 MB", func(c Results) bool { return c.Memory.RSSMB <= 150 })
+	row(fmt.Sprintf("   a scan of %d tickets under the limits", r.Scan.Tickets), true, func(c Results) string {
+		sc := c.Scan
+		return fmt.Sprintf("%.1f drafts/s; Zendesk max %d/min (limit %d); model %d at once (cap %d); %d refused",
+			sc.DraftsPerSecond, sc.ZendeskMaxPerMinute, sc.ZendeskPerMinute, sc.ModelPeak, sc.ModelConcurrency, sc.Throttled)
+	}, "within limits, no 429", func(c Results) bool {
+		sc := c.Scan
+		return sc.Throttled == 0 && sc.ZendeskMaxPerMinute <= sc.ZendeskPerMinute && sc.ModelPeak <= sc.ModelConcurrency
+	})
 	row("5. one ticket's lifecycle", true, func(c Results) string {
 		lc := c.Lifecycle
 		return fmt.Sprintf("%d history events (enrich %d, draft %d, execute %d), ~%d actions, %s",
