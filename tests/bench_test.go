@@ -18,6 +18,7 @@ import (
 // JSON. Its figures are reported, not asserted, except what is exact: the
 // burst merges into one lookup per ticket, and the lifecycle posts.
 func TestBench_TinyRunPrintsEveryFigure(t *testing.T) {
+	startsItsOwnServers(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

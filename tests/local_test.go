@@ -21,11 +21,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/testenv"
 )
 
 // localEnv is the environment a new user has: none of the services'
 // settings, so the local run brings up its own; free ports for the API and
 // /metrics, so tests can run side by side.
+// startsItsOwnServers skips a test that brings up its own PostgreSQL and
+// dev server (the local run, the bench) when the suite runs against
+// another Temporal: it would measure nothing of that topology, and it
+// already ran in the dev-server pass.
+func startsItsOwnServers(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TEMPORAL_ADDRESS") != "" || testenv.Topology() != "dev" {
+		t.Skip("starts its own servers; runs in the dev-server pass (TEMPORAL_ADDRESS or SUPPORTFLOW_TEST_TEMPORAL is set)")
+	}
+}
+
 func localEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -45,6 +57,7 @@ func localEnv(extra ...string) []string {
 // approves one, and checks exactly one comment and one cancellation per
 // subscription landed.
 func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
+	startsItsOwnServers(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -71,6 +84,7 @@ var (
 // the printed token and command; /metrics shows Temporal's and
 // supportflow's metrics; SIGINT stops it cleanly within the drain timeout.
 func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
+	startsItsOwnServers(t)
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "local")
 	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/internal/cmd/local")
