@@ -351,11 +351,14 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 		return s.count(`SELECT count(*) FROM ticket_enrichment WHERE ticket_id = ANY($1)`, ids) == tickets
 	}, 3*waitBudget, 200*time.Millisecond, "every ticket was enriched")
 	for _, round := range []string{"1", "2"} {
-		run, err := s.temporal.ExecuteWorkflow(ctxT(t), clientStart("scan-"+round+"-"+t.Name(), s.taskQueue),
+		run, err := s.temporal.ExecuteWorkflow(ctxT(t), clientStart("scan-"+round+"-"+t.Name()+"-"+runNonce, s.taskQueue),
 			supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: tickets})
 		require.NoError(t, err)
 		var res supportflow.ScanResult
-		require.NoError(t, run.Get(ctxT(t), &res))
+		// Starting 200 drafts takes a while on a busy server.
+		scanCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		require.NoError(t, run.Get(scanCtx, &res))
+		cancel()
 	}
 	require.Eventually(t, func() bool {
 		return s.count(`SELECT count(*) FROM proposal WHERE ticket_id = ANY($1)`, ids) == tickets
