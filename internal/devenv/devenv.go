@@ -31,6 +31,32 @@ func FreePort() (int, error) {
 // freePorts returns n distinct free ports. All listeners are held open until
 // every port is chosen so that the kernel cannot hand out the same port twice.
 func freePorts(n int) ([]int, error) {
+	return holdPorts(n, func() (net.Listener, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("devenv: finding a free port: %w", err)
+		}
+		return l, nil
+	})
+}
+
+// freeLowPorts is freePorts below 32768: Temporal's SQL schema keeps
+// membership and RPC ports in a smallint column. The ports are probed at
+// random in 10000-32767 (below the kernel's ephemeral range).
+func freeLowPorts(n int) ([]int, error) {
+	return holdPorts(n, func() (net.Listener, error) {
+		for range 1000 {
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(32768-10000))); err == nil {
+				return l, nil
+			}
+		}
+		return nil, errors.New("devenv: no free port below 32768")
+	})
+}
+
+// holdPorts takes n listeners from listen, holds them all open until every
+// port is chosen, and returns their ports.
+func holdPorts(n int, listen func() (net.Listener, error)) ([]int, error) {
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {
@@ -38,10 +64,10 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		l, err := listen()
 		if err != nil {
-			return nil, fmt.Errorf("devenv: finding a free port: %w", err)
+			return nil, err
 		}
 		listeners = append(listeners, l)
 		addr, ok := l.Addr().(*net.TCPAddr)
@@ -49,33 +75,6 @@ func freePorts(n int) ([]int, error) {
 			return nil, errors.New("devenv: listener address is not TCP")
 		}
 		ports = append(ports, addr.Port)
-	}
-	return ports, nil
-}
-
-// freeLowPorts is freePorts below 32768: Temporal's SQL schema keeps
-// membership and RPC ports in a smallint column. The ports are probed at
-// random in 10000-32767 (below the kernel's ephemeral range), held open
-// until all are chosen.
-func freeLowPorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			return nil, errors.New("devenv: no free port below 32768")
-		}
-		p := 10000 + rand.IntN(32768-10000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, p)
 	}
 	return ports, nil
 }
