@@ -82,9 +82,13 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 	qctx, cancel := context.WithTimeout(ctx, cmp.Or(s.QueryTimeout, DefaultQueryTimeout))
 	v, err := s.Client.QueryWorkflow(qctx, id, "", supportflow.DraftQuery)
 	var deadline *serviceerror.DeadlineExceeded
+	var noPoller *serviceerror.FailedPrecondition
 	// The server answers a query no worker picks up with DeadlineExceeded
-	// just before the caller's deadline, so either counts.
-	timedOut := ctx.Err() == nil && (qctx.Err() != nil || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded))
+	// just before the caller's deadline, and, once no worker has polled
+	// the queue for a while (matching.queryPollerUnavailableWindow, 20 s),
+	// at once with FailedPrecondition: each means no worker answers.
+	timedOut := ctx.Err() == nil && (qctx.Err() != nil || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &noPoller))
 	cancel()
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -135,8 +139,18 @@ func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (support
 		return st, fmt.Errorf("starter: draft status of ticket %d: %w", ticketID, err)
 	}
 	running := info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	// A run's own proposal tells its state, unless the two disagree: a
+	// running draft whose proposal was superseded while saving is drafting
+	// again, and a closed run whose proposal still looks live was ended
+	// from outside (terminated, timed out).
 	switch {
-	case ofThisRun || (!running && err == nil):
+	case ofThisRun && running && supportflow.DraftTerminal(p.State):
+		st.State = pendingState(d.GetPendingActivities())
+	case ofThisRun && !running && !supportflow.DraftTerminal(p.State):
+		dp := p.DraftProposal
+		st.State, st.Proposal = supportflow.DraftFailed, &dp
+		st.Error = "the draft ended (" + closeStatus(info.GetStatus()) + ") with its proposal " + p.State
+	case ofThisRun:
 		dp := p.DraftProposal
 		st.State, st.Proposal, st.Error, st.ApprovedBy = p.State, &dp, p.Error, ""
 		if p.State == supportflow.DraftExecuting || p.State == supportflow.DraftDone || p.State == supportflow.DraftFailed {
@@ -144,18 +158,28 @@ func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (support
 			st.ExecutionWorkflowID = supportflow.ExecuteWorkflowID(p.ID)
 		}
 	case running:
-		st.State = supportflow.DraftGathering
-		for _, pa := range d.GetPendingActivities() {
-			if pa.GetActivityType().GetName() == "GenerateDraft" {
-				st.State = supportflow.DraftDrafting
-			}
-		}
+		st.State = pendingState(d.GetPendingActivities())
 	default:
-		// Closed without a proposal: the model or the ticket failed it.
+		// Closed without a proposal of its own: the model or the ticket
+		// failed it.
 		st.State = supportflow.DraftFailed
-		st.Error = "the draft ended without a proposal (" + strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")) + ")"
+		st.Error = "the draft ended without a proposal (" + closeStatus(info.GetStatus()) + ")"
 	}
 	return st, nil
+}
+
+// pendingState is a running draft's state by its pending activity.
+func pendingState(pending []*workflowpb.PendingActivityInfo) string {
+	for _, pa := range pending {
+		if pa.GetActivityType().GetName() == "GenerateDraft" {
+			return supportflow.DraftDrafting
+		}
+	}
+	return supportflow.DraftGathering
+}
+
+func closeStatus(s enumspb.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }
 
 // progressOf reads the draft's progress from its running activity (the

@@ -57,6 +57,11 @@ func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, star
 	if heartbeat {
 		opts.HeartbeatTimeout = d.HeartbeatTimeout
 	}
+	// The workflow's own queue unless the work calls a rate-limited
+	// service: named either way, so a context derived from a routed one
+	// never carries its queue to other work. (The same command as leaving
+	// it empty.)
+	opts.TaskQueue = workflow.GetInfo(ctx).TaskQueueName
 	if r := policy.ResourceOf(kind); r != "" && workflow.GetVersion(ctx, versionResourceQueues, workflow.DefaultVersion, 1) == 1 {
 		// Work on a rate-limited service waits in that service's queue,
 		// where the fleet-wide rate applies.

@@ -237,7 +237,7 @@ func LoadWorker() (Worker, error) {
 		{"SUPPORTFLOW_MODEL_MAX_TOKENS", "4096", 256, 1_000_000, &c.MaxCompletionTokens},
 	}
 	limits := map[string]*ResourceLimit{}
-	for _, r := range []string{"zendesk", "model", "bigquery", "subscriptions"} {
+	for _, r := range policy.Resources {
 		l := &ResourceLimit{CallsPerActivity: callsPerActivity[r]}
 		limits[r] = l
 		up, def := strings.ToUpper(r), limitDefaults[r]

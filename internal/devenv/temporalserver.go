@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -118,7 +119,7 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 	}
 	var cfg bytes.Buffer
 	if err := serverConfig.Execute(&cfg, map[string]any{
-		"Default": dbs[0], "Visibility": dbs[1], "P": ports, "DynamicConfig": dyn,
+		"DefaultAddr": dbHostPort(dbs[0]), "VisibilityAddr": dbHostPort(dbs[1]), "P": ports, "DynamicConfig": dyn,
 		"User": dbs[0].User.Username(), "Password": password(dbs[0]),
 		"DefaultDB": strings.TrimPrefix(dbs[0].Path, "/"), "VisibilityDB": strings.TrimPrefix(dbs[1].Path, "/"),
 	}); err != nil {
@@ -143,6 +144,15 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 		return nil, err
 	}
 	return t, nil
+}
+
+// dbHostPort is the database URL's host:port, PostgreSQL's port when absent.
+func dbHostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 func password(u *url.URL) string {
@@ -337,7 +347,7 @@ persistence:
       sql:
         pluginName: postgres12
         databaseName: "{{.DefaultDB}}"
-        connectAddr: "{{.Default.Host}}"
+        connectAddr: "{{.DefaultAddr}}"
         connectProtocol: tcp
         user: "{{.User}}"
         password: "{{.Password}}"
@@ -348,7 +358,7 @@ persistence:
       sql:
         pluginName: postgres12
         databaseName: "{{.VisibilityDB}}"
-        connectAddr: "{{.Visibility.Host}}"
+        connectAddr: "{{.VisibilityAddr}}"
         connectProtocol: tcp
         user: "{{.User}}"
         password: "{{.Password}}"

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
@@ -91,12 +92,18 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	// and this worker runs no more than its concurrency at once. Every
 	// worker registers every activity; the workflows choose the queue.
 	workers := []worker.Worker{w}
+	fatalErrs := make(chan error, len(policy.Resources))
 	for _, r := range policy.Resources {
 		opts := Options(cfg, m)
 		lim := cfg.Limits[r]
 		opts.TaskQueueActivitiesPerSecond = lim.ActivitiesPerSecond()
 		opts.MaxConcurrentActivityExecutionSize = lim.Concurrency
 		opts.DisableWorkflowWorker = true
+		queue := policy.ResourceQueue(cfg.TaskQueue, r)
+		opts.OnFatalError = func(err error) {
+			logger.Error("resource worker failed; stopping", "task_queue", queue, "error", err)
+			fatalErrs <- err
+		}
 		workers = append(workers, worker.New(c, policy.ResourceQueue(cfg.TaskQueue, r), opts))
 	}
 	register := func(a any) {
@@ -144,20 +151,56 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	// Run returns on ctx's end (after draining) or on a fatal error (the
 	// namespace is gone, credentials were revoked), which then ends the
 	// process rather than leaving a worker that polls nothing.
+	// A resource worker's fatal error ends the process too, through the
+	// same drain.
 	interrupt := make(chan any)
+	var fatal error
+	var once sync.Once
+	stopAll := func(why error) {
+		once.Do(func() {
+			fatal = why
+			logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
+			close(interrupt)
+		})
+	}
 	go func() {
-		<-ctx.Done()
-		logger.Info("worker draining", "drain_timeout", cfg.DrainTimeout)
-		close(interrupt)
+		select {
+		case <-ctx.Done():
+			stopAll(nil)
+		case err := <-fatalErrs:
+			stopAll(err)
+		}
 	}()
-	for _, rw := range workers[1:] {
+	resourceWorkers := workers[1:]
+	for i, rw := range resourceWorkers {
 		if err := rw.Start(); err != nil {
+			for _, started := range resourceWorkers[:i] {
+				started.Stop()
+			}
 			return fmt.Errorf("worker: %w", err)
 		}
-		defer rw.Stop()
 	}
-	if err := w.Run(interrupt); err != nil {
+	// The resource workers drain alongside the main one, all at once, so
+	// the whole stop stays within one drain timeout.
+	var drained sync.WaitGroup
+	drained.Add(1)
+	go func() {
+		defer drained.Done()
+		<-interrupt
+		var wg sync.WaitGroup
+		for _, rw := range resourceWorkers {
+			wg.Go(rw.Stop)
+		}
+		wg.Wait()
+	}()
+	err = w.Run(interrupt)
+	stopAll(nil)
+	drained.Wait()
+	if err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	if fatal != nil {
+		return fmt.Errorf("worker: %w", fatal)
 	}
 	logger.Info("worker stopped")
 	return nil
