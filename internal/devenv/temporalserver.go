@@ -42,9 +42,6 @@ type TemporalServerOptions struct {
 	PostgresURL string
 	// SearchAttributes are registered on the "default" namespace.
 	SearchAttributes map[string]string
-	// DynamicConfigFile is the server's dynamic config; "" means the
-	// repository's deploy/temporal-dynamicconfig.yaml values for tests.
-	DynamicConfigFile string
 	// Log receives the server's output; Progress build progress lines.
 	Log, Progress io.Writer
 }
@@ -103,12 +100,9 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 			os.RemoveAll(dir)
 		}
 	}()
-	dyn := opts.DynamicConfigFile
-	if dyn == "" {
-		dyn = filepath.Join(dir, "dynamicconfig.yaml")
-		if err := os.WriteFile(dyn, []byte(testDynamicConfig), 0o644); err != nil {
-			return nil, err
-		}
+	dyn := filepath.Join(dir, "dynamicconfig.yaml")
+	if err := os.WriteFile(dyn, []byte(testDynamicConfig), 0o644); err != nil {
+		return nil, err
 	}
 	ports, err := freeLowPorts(9)
 	if err != nil {

@@ -124,16 +124,12 @@ type Model struct {
 	meter     meter
 	// contextWindow, when > 0, refuses longer prompts (SetContextWindow).
 	contextWindow atomic.Int64
-	promptMax     atomic.Int64
 }
 
 // SetContextWindow makes prompts longer than tokens (counted as a
 // tokenizer would, about four bytes a token) fail with OpenAI's 400
 // context_length_exceeded; 0 removes the limit.
 func (m *Model) SetContextWindow(tokens int) { m.contextWindow.Store(int64(tokens)) }
-
-// LargestPrompt returns the largest prompt seen, in the same tokens.
-func (m *Model) LargestPrompt() int { return int(m.promptMax.Load()) }
 
 // promptTokens counts a request's prompt about as a tokenizer does for
 // English: four bytes a token, plus a few for each message's framing.
@@ -261,12 +257,6 @@ func (m *Model) serve(w http.ResponseWriter, r *http.Request) {
 			writeOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "messages", "context_length_exceeded",
 				fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", window, n))
 			return
-		}
-	}
-	for n := promptTokens(req); ; {
-		old := m.promptMax.Load()
-		if n <= old || m.promptMax.CompareAndSwap(old, n) {
-			break
 		}
 	}
 	content := m.answer(req)
