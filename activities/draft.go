@@ -46,6 +46,62 @@ type TicketContext struct {
 	// ActualReply is the agent's reply a draft is scored against (only
 	// with ForEvaluation).
 	ActualReply string `json:"actual_reply,omitempty"`
+	// OmittedComments counts the middle comments LoadTicket left out to
+	// keep this payload within its bound (ContextBytes); the model is told.
+	OmittedComments int `json:"omitted_comments,omitempty"`
+}
+
+// A TicketContext is a Temporal payload twice per draft (LoadTicket's
+// result, GenerateDraft's input), kept in the workflow's history; Temporal
+// refuses a payload over 2 MB and warns over 512 KB
+// (https://docs.temporal.io/cloud/limits#per-message-grpc-limit,
+// blobSizeLimitError / blobSizeLimitWarn in the server's dynamic config).
+// So LoadTicket bounds it: to the prompt budget in bytes (a conversation
+// the model would not be shown anyway), never more than MaxContextBytes.
+const (
+	// MaxContextBytes is the most a TicketContext's text may hold.
+	MaxContextBytes = 1 << 20
+	// minContextBytes keeps a small prompt budget from starving the
+	// payload.
+	minContextBytes = 64 << 10
+	maxSubjectBytes = 1 << 10
+	maxNameBytes    = 256
+	// commentOverhead approximates a comment's JSON beyond its body.
+	commentOverhead = 96
+)
+
+// ContextBytes is the bound of a TicketContext's text under this prompt
+// budget: three bytes a token (EstimateTokens) and room for the rest.
+func ContextBytes(promptTokens int) int {
+	return min(max(3*promptTokens+(16<<10), minContextBytes), MaxContextBytes)
+}
+
+// boundConversation keeps c within limit bytes of text: the subject and
+// name clipped, any one comment clipped to half the limit, then the first
+// comment (what the ticket is about) and as many of the newest as fit.
+// The newest comment is always kept, so c.Through() does not change. It
+// returns how many comments it left out.
+func boundConversation(c *zendeskclient.Conversation, limit int) (omitted int) {
+	c.Subject = text.Clip(c.Subject, maxSubjectBytes)
+	c.RequesterName = text.Clip(c.RequesterName, maxNameBytes)
+	total := len(c.Subject) + len(c.RequesterName)
+	for i := range c.Comments {
+		c.Comments[i].Body = text.Clip(c.Comments[i].Body, limit/2)
+		total += len(c.Comments[i].Body) + commentOverhead
+	}
+	if total <= limit || len(c.Comments) <= 2 {
+		return 0
+	}
+	size := func(cm zendeskclient.ConversationComment) int { return len(cm.Body) + commentOverhead }
+	first, rest := c.Comments[0], c.Comments[1:]
+	used := len(c.Subject) + len(c.RequesterName) + size(first) + size(rest[len(rest)-1])
+	keepFrom := len(rest) - 1
+	for keepFrom > 0 && used+size(rest[keepFrom-1]) <= limit {
+		keepFrom--
+		used += size(rest[keepFrom])
+	}
+	c.Comments = append([]zendeskclient.ConversationComment{first}, rest[keepFrom:]...)
+	return keepFrom
 }
 
 // LoadTicket reads a ticket's public conversation from Zendesk, and its
@@ -95,9 +151,10 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 		if cut < 0 {
 			return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no agent reply to evaluate against", supportflow.ErrInvalidInput, in.TicketID))
 		}
-		out.ActualReply = out.Conversation.Comments[cut].Body
+		out.ActualReply = text.Clip(out.Conversation.Comments[cut].Body, ContextBytes(a.PromptTokenBudget)/4)
 		out.Conversation.Comments = out.Conversation.Comments[:cut]
 	}
+	out.OmittedComments = boundConversation(&out.Conversation, ContextBytes(a.PromptTokenBudget))
 	if out.Conversation.LastAt(zendeskclient.AuthorCustomer).IsZero() {
 		return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no public comment from the customer to reply to", supportflow.ErrInvalidInput, in.TicketID))
 	}
@@ -161,7 +218,7 @@ func Messages(t TicketContext, outcome string, budget int) (msgs []model.Message
 	pt := promptTicket{
 		TicketID: t.Conversation.TicketID, Subject: t.Conversation.Subject,
 		RequesterName: t.Conversation.RequesterName, ActiveSubscriptions: []string{},
-		PreviousAttempt: outcome,
+		PreviousAttempt: outcome, OmittedComments: t.OmittedComments,
 	}
 	for _, c := range t.Conversation.Comments {
 		pt.Comments = append(pt.Comments, promptComment{Author: c.Author, Body: c.Body})
@@ -176,7 +233,7 @@ func Messages(t TicketContext, outcome string, budget int) (msgs []model.Message
 	}
 	msgs = build()
 	if budget <= 0 || EstimateMessages(msgs) <= budget || len(pt.Comments) <= 2 {
-		return msgs, 0
+		return msgs, t.OmittedComments
 	}
 	// Newest first: keep the first comment, then add from the newest back
 	// while the estimate stays within the budget (the newest always).
@@ -185,14 +242,14 @@ func Messages(t TicketContext, outcome string, budget int) (msgs []model.Message
 	for i := len(rest) - 1; i >= 0; i-- {
 		trial := append([]promptComment{rest[i]}, kept...)
 		pt.Comments = append([]promptComment{first}, trial...)
-		pt.OmittedComments = len(rest) - len(trial)
+		pt.OmittedComments = t.OmittedComments + len(rest) - len(trial)
 		if len(kept) > 0 && EstimateMessages(build()) > budget {
 			break
 		}
 		kept = trial
 	}
 	pt.Comments = append([]promptComment{first}, kept...)
-	pt.OmittedComments = len(rest) - len(kept)
+	pt.OmittedComments = t.OmittedComments + len(rest) - len(kept)
 	return build(), pt.OmittedComments
 }
 

@@ -115,11 +115,21 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		s.stops = append(s.stops, func() { _ = tmp.Stop() })
 		s.address = tmp.Address
 	}
-	if s.temporal, err = client.DialContext(ctx, client.Options{HostPort: s.address, Logger: sdklog.NewStructuredLogger(quietLogger())}); err != nil {
+	// Payloads are sealed as in production: the figures include the codec.
+	key := make([]byte, codec.KeySize)
+	_, _ = rand.Read(key)
+	keysEnv := "bench:" + base64.StdEncoding.EncodeToString(key)
+	keys, err := codec.ParseKeyring(keysEnv, "bench")
+	if err != nil {
+		return nil, err
+	}
+	o := client.Options{HostPort: s.address, Logger: sdklog.NewStructuredLogger(quietLogger())}
+	codec.Apply(&o, keys)
+	if s.temporal, err = client.DialContext(ctx, o); err != nil {
 		return nil, err
 	}
 	s.stops = append(s.stops, s.temporal.Close)
-	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: benchQueue}
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: benchQueue, Converter: o.DataConverter}
 
 	s.zd, s.subs, s.bq, s.model = standin.NewZendesk(zdEmail, zdToken), standin.NewSubscriptions(subsToken), standin.NewBigQuery("bench"), standin.NewModel("")
 	urls := map[string]string{}
@@ -159,6 +169,7 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		"MODEL_BASE_URL=" + urls["model"] + "/v1", "MODEL_NAME=standin",
 		"BIGQUERY_ENDPOINT=" + urls["bq"] + "/bigquery/v2/", "BIGQUERY_PROJECT=bench", "BIGQUERY_DATASET=commerce",
 		"SUPPORTFLOW_METRICS_ADDR=", "SUPPORTFLOW_LOG_LEVEL=warn", "SUPPORTFLOW_DRAIN_TIMEOUT=2s",
+		codec.EnvKeys + "=" + keysEnv,
 	}
 	// The stand-ins have no rate limits: measure the engine, not a plan.
 	for _, r := range []string{"ZENDESK", "MODEL", "BIGQUERY", "SUBSCRIPTIONS"} {

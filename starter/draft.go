@@ -113,7 +113,7 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 	if err != nil {
 		return st, nil // the state is still right; progress is best effort
 	}
-	st.Progress = progressOf(d.GetPendingActivities())
+	st.Progress = progressOf(d.GetPendingActivities(), s.converter())
 	return st, nil
 }
 
@@ -185,7 +185,7 @@ func closeStatus(s enumspb.WorkflowExecutionStatus) string {
 // progressOf reads the draft's progress from its running activity (the
 // one not being cancelled). Details left by an earlier attempt (the server
 // keeps them across retries) are not shown as the new attempt's.
-func progressOf(pending []*workflowpb.PendingActivityInfo) *supportflow.DraftProgress {
+func progressOf(pending []*workflowpb.PendingActivityInfo, dc converter.DataConverter) *supportflow.DraftProgress {
 	for _, pa := range pending {
 		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED {
 			continue
@@ -198,7 +198,7 @@ func progressOf(pending []*workflowpb.PendingActivityInfo) *supportflow.DraftPro
 		p := supportflow.DraftProgress{Step: "starting"}
 		if pl := pa.GetHeartbeatDetails(); len(pl.GetPayloads()) > 0 {
 			var hb supportflow.DraftProgress
-			if converter.GetDefaultDataConverter().FromPayloads(pl, &hb) == nil && hb.Attempt == pa.GetAttempt() {
+			if dc.FromPayloads(pl, &hb) == nil && hb.Attempt == pa.GetAttempt() {
 				p = hb
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/ledger"
@@ -30,6 +31,19 @@ type Starter struct {
 	// QueryTimeout bounds the draft query before that fallback; 0 means
 	// DefaultQueryTimeout.
 	QueryTimeout time.Duration
+	// Converter reads payloads the starter gets raw from the server (an
+	// activity's heartbeat details in a workflow's description); it must
+	// be the client's data converter. Nil means Temporal's default, which
+	// cannot open sealed payloads.
+	Converter converter.DataConverter
+}
+
+// converter is the data converter raw payloads are read with.
+func (s *Starter) converter() converter.DataConverter {
+	if s.Converter != nil {
+		return s.Converter
+	}
+	return converter.GetDefaultDataConverter()
 }
 
 // ProposalReader reads a ticket's newest proposal (ledger.Ledger).

@@ -19,11 +19,14 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/api"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 )
 
 const (
 	apiToken      = "test-api-token-0123456789"
+	codecToken    = "test-codec-token-0123456789"
+	webUIOrigin   = "http://127.0.0.1:8233"
 	webhookSecret = "test-webhook-signing-secret"
 )
 
@@ -37,8 +40,11 @@ type apiClient struct {
 
 func (s *stack) api() *apiClient {
 	s.t.Helper()
+	keys, err := codec.ParseKeyring(s.payloadKeys, "test keys")
+	require.NoError(s.t, err)
 	srv, err := api.New(api.Config{Tokens: []string{apiToken}, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
-		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond},
+		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond,
+		Codec: &codec.Codec{Keys: keys}, CodecTokens: []string{codecToken}, CodecOrigins: []string{webUIOrigin}, Namespace: "default"},
 		s.starter, s.ledger, s.pool, s.temporal, nil)
 	require.NoError(s.t, err)
 	hs := httptest.NewServer(srv)

@@ -119,7 +119,7 @@ func TestExecution_LeaseWaitDoesNotSpendBudget(t *testing.T) {
 			attempts = max(attempts, int(st.GetAttempt()))
 		}
 		if f := ev.GetActivityTaskFailedEventAttributes(); f != nil {
-			assert.NotContains(t, f.GetFailure().GetMessage(), "held by", "no attempt failed on the lease")
+			assert.NotContains(t, s.failures.FailureToError(f.GetFailure()).Error(), "held by", "no attempt failed on the lease")
 		}
 	}
 	assert.Equal(t, 2, attempts, "the first attempt, then one that waited for its lease")

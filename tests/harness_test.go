@@ -27,8 +27,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
@@ -54,6 +56,10 @@ func TestMain(m *testing.M) {
 	for name, typ := range supportflow.SearchAttributes {
 		testenv.SearchAttributes[name] = typ
 	}
+	if err := loadTestKeys(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	// IDs this run owns: a long-lived Temporal server (TEMPORAL_ADDRESS)
 	// keeps every earlier run's workflows, so ticket IDs (draft and
 	// enrichment workflow IDs) and task queues differ per run.
@@ -68,6 +74,42 @@ func TestMain(m *testing.M) {
 
 // runNonce names this run of the test binary (in task queues).
 var runNonce string
+
+// The payload keys the tests seal with: the published test keys the
+// committed histories are replayed with (workflows/testdata/payload-keys),
+// so a history recorded here replays there. keysA is key test-a alone;
+// keysBA has test-b active and test-a kept for reading (a rotation).
+var keysA, keysBA string
+
+func loadTestKeys() error {
+	b, err := os.ReadFile("../workflows/testdata/payload-keys")
+	if err != nil {
+		return err
+	}
+	entries := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if id, _, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+			entries[id] = strings.TrimSpace(line)
+		}
+	}
+	keysA, keysBA = entries["test-a"], entries["test-b"]+","+entries["test-a"]
+	_, err = codec.ParseKeyring(keysBA, "the test keys")
+	return err
+}
+
+// dialTemporal dials the test server with payloads sealed by keys (an
+// ID:BASE64KEY list such as keysA).
+func dialTemporal(t *testing.T, keys string) (client.Client, converter.DataConverter, converter.FailureConverter) {
+	t.Helper()
+	ring, err := codec.ParseKeyring(keys, "test keys")
+	require.NoError(t, err)
+	o := client.Options{HostPort: testenv.TemporalAddress(t), Logger: quietLogger{}}
+	codec.Apply(&o, ring)
+	c, err := client.Dial(o)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c, o.DataConverter, o.FailureConverter
+}
 
 const (
 	account    = "127.0.0.1"
@@ -99,6 +141,11 @@ type stack struct {
 	temporal  client.Client
 	starter   *starter.Starter
 	taskQueue string
+	// failures reads failures in histories (their messages are sealed).
+	failures converter.FailureConverter
+	// payloadKeys is the workers' SUPPORTFLOW_PAYLOAD_KEYS (keysA unless a
+	// test rotates).
+	payloadKeys string
 
 	// extraEnv is added to the worker's environment (later entries win).
 	extraEnv []string
@@ -113,7 +160,7 @@ type stack struct {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := context.Background()
-	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), logs: &bytes.Buffer{}}
+	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), logs: &bytes.Buffer{}, payloadKeys: keysA}
 	_, err := migrations.MigrateURL(ctx, s.dbURL)
 	require.NoError(t, err)
 	s.pool, err = pgxpool.New(ctx, s.dbURL)
@@ -139,16 +186,15 @@ func newStack(t *testing.T) *stack {
 	// The worker keys its ledger by the Zendesk URL's host.
 	s.ledger = ledger.New(s.pool, zdHost(s.zdSrv.URL()))
 
-	s.temporal, err = client.Dial(client.Options{HostPort: testenv.TemporalAddress(t), Logger: quietLogger{}})
-	require.NoError(t, err)
-	t.Cleanup(s.temporal.Close)
+	var dc converter.DataConverter
+	s.temporal, dc, s.failures = dialTemporal(t, keysA)
 	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + runNonce
 	// Registered after the client's Close, so it runs before it: what the
 	// test started and left running (a draft awaiting approval on a 72 h
 	// timer) is terminated, so a long-lived server carries nothing of this
 	// run into the next.
 	t.Cleanup(func() { s.terminateLeftovers() })
-	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger}
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger, Converter: dc}
 	t.Cleanup(func() {
 		s.stopWorker()
 		if t.Failed() {
@@ -253,6 +299,7 @@ func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 		"SUPPORTFLOW_RETRY_CAP=2s",
 		"SUPPORTFLOW_DRAIN_TIMEOUT=1s",
 		"SUPPORTFLOW_LOG_LEVEL=info",
+		"SUPPORTFLOW_PAYLOAD_KEYS="+s.payloadKeys,
 		// The stand-ins have no rate limits (TestLoad sets its own).
 		"SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_ZENDESK_CONCURRENCY=200",
 		"SUPPORTFLOW_MODEL_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_MODEL_CONCURRENCY=200",

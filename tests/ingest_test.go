@@ -421,6 +421,7 @@ func (a *apiProcess) restart() {
 		"SUPPORTFLOW_RELAY_INTERVAL=200ms",
 		"SUPPORTFLOW_METRICS_ADDR=",
 		"SUPPORTFLOW_LOG_LEVEL=warn",
+		"SUPPORTFLOW_PAYLOAD_KEYS="+a.s.payloadKeys,
 	)
 	w := &prefixWriter{mu: &a.s.mu, buf: a.s.logs, prefix: "[api] "}
 	cmd.Stdout, cmd.Stderr = w, w

@@ -13,6 +13,7 @@
 //	POST /proposals/{id}/retry          run a failed approved proposal again (same keys)
 //	GET  /actions/{key}                 an action's ledger row
 //	POST /webhooks/zendesk              Zendesk's ticket event webhooks (signed; see webhook)
+//	POST /codec/encode, /codec/decode   the codec server for the Web UI and the temporal CLI (codec tokens; see codec.go)
 //	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
 package api
 
@@ -35,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
@@ -75,6 +77,23 @@ type Config struct {
 	// RelayInterval is how often the relay looks for undispatched ticket
 	// events when nothing wakes it; 0 means 2 s.
 	RelayInterval time.Duration
+	// Codec, when set with CodecTokens, serves /codec/encode and
+	// /codec/decode: the payload codec the Web UI and the temporal CLI
+	// decode histories through. Nil, or no CodecTokens: /codec is 404.
+	Codec *codec.Codec
+	// CodecTokens are the bearer tokens the codec server accepts (each 16+
+	// characters), kept apart from Tokens: reading every customer's text
+	// in Temporal is a different grant from driving drafts.
+	CodecTokens []string
+	// CodecOrigins are the browser origins (the Web UI's, such as
+	// https://temporal.example.com) allowed to call the codec server.
+	CodecOrigins []string
+	// Namespace is the Temporal namespace whose payloads the codec
+	// server converts; a request for another is refused.
+	Namespace string
+	// MaxCodecBody caps a codec request body; 0 means 16 MiB (a few
+	// payloads at Temporal's 2 MB limit, base64 encoded).
+	MaxCodecBody int64
 }
 
 // Server serves the API. Build it with New.
@@ -92,6 +111,8 @@ type Server struct {
 	close    sync.Once
 	ingest   *ingest.Store
 	relay    *ingest.Relay
+
+	codecTokens [][32]byte
 }
 
 // Close ends the open SSE streams (http.Server.Shutdown does not wait for
@@ -164,6 +185,18 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 			return nil, fmt.Errorf("%w: API tokens must be at least 16 characters", ErrConfig)
 		}
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	if cfg.MaxCodecBody == 0 {
+		s.cfg.MaxCodecBody = 16 << 20
+	}
+	for _, t := range cfg.CodecTokens {
+		if len(t) < 16 {
+			return nil, fmt.Errorf("%w: codec tokens must be at least 16 characters", ErrConfig)
+		}
+		s.codecTokens = append(s.codecTokens, sha256.Sum256([]byte(t)))
+	}
+	if cfg.Codec != nil && len(s.codecTokens) > 0 {
+		s.mux.HandleFunc("/codec/{op}", s.codec)
 	}
 	s.mux.HandleFunc("POST /tickets/{id}/drafts", s.authed(s.startDraft))
 	s.mux.HandleFunc("GET /tickets/{id}/draft", s.authed(s.getDraft))

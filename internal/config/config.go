@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -31,6 +32,8 @@ var Vars = []Var{
 	{Name: "TEMPORAL_ADDRESS", Default: "localhost:7233", Help: "Temporal frontend host:port"},
 	{Name: "TEMPORAL_NAMESPACE", Default: "default", Help: "Temporal namespace"},
 	{Name: "SUPPORTFLOW_TASK_QUEUE", Default: "supportflow", Help: "task queue the worker polls and the starter starts on"},
+	{Name: "SUPPORTFLOW_PAYLOAD_KEYS", Help: "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, worker api and starter", Secret: true},
+	{Name: "SUPPORTFLOW_PAYLOAD_KEYS_FILE", Help: "file with the payload keys instead, one ID:BASE64KEY a line (a mounted secret)"},
 	{Name: "ZENDESK_URL", Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
 	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
 	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
@@ -86,6 +89,8 @@ type Worker struct {
 	BigQueryLocation   string
 	BigQueryEndpoint   string
 	EnrichmentMode     string
+	// PayloadKeys seal every payload the worker sends to Temporal.
+	PayloadKeys *codec.Keyring
 	// ReplyUpdate is the ticket update every drafted reply carries (nil:
 	// none), from SUPPORTFLOW_REPLY_STATUS and SUPPORTFLOW_REPLY_TAGS.
 	ReplyUpdate  *supportflow.TicketUpdate
@@ -265,7 +270,21 @@ func LoadWorker() (Worker, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if c.PayloadKeys, err = PayloadKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	return c, errors.Join(errs...)
+}
+
+// PayloadKeys reads the payload keyring (SUPPORTFLOW_PAYLOAD_KEYS or
+// SUPPORTFLOW_PAYLOAD_KEYS_FILE); every process that talks to Temporal
+// needs it. The error names the variable, never a key.
+func PayloadKeys() (*codec.Keyring, error) {
+	k, err := codec.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return k, nil
 }
 
 // ReplyUpdate builds the ticket update drafted replies carry from the
@@ -328,6 +347,8 @@ var APIVars = []Var{
 	{Name: "ZENDESK_API_USER_ID", Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
 	{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Default: "10s", Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
 	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
+	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server", Secret: true},
+	{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
 }
 
 // API is the HTTP API's configuration.
@@ -343,7 +364,14 @@ type API struct {
 	ZendeskUserID     int64
 	WebhookRetryAfter time.Duration
 	RelayInterval     time.Duration
-	LogLevel          string
+	// PayloadKeys seal the payloads the API sends and open the ones it
+	// reads; the codec server uses them too.
+	PayloadKeys *codec.Keyring
+	// CodecTokens and CodecOrigins configure the codec server (none
+	// without tokens).
+	CodecTokens  []string
+	CodecOrigins []string
+	LogLevel     string
 	MetricsAddr       string
 	OTLPEndpoint      string
 }
@@ -411,7 +439,34 @@ func LoadAPI() (API, error) {
 	if c.RelayInterval, err = time.ParseDuration(get("SUPPORTFLOW_RELAY_INTERVAL", "2s")); err != nil || c.RelayInterval <= 0 {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RELAY_INTERVAL must be a positive duration", ErrConfig))
 	}
+	if c.PayloadKeys, err = PayloadKeys(); err != nil {
+		errs = append(errs, err)
+	}
+	c.CodecTokens = splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS"))
+	for _, t := range c.CodecTokens {
+		if len(t) < 16 {
+			errs = append(errs, fmt.Errorf("%w: every SUPPORTFLOW_CODEC_TOKENS token must be at least 16 characters", ErrConfig))
+			break
+		}
+	}
+	c.CodecOrigins = splitList(os.Getenv("SUPPORTFLOW_CODEC_CORS_ORIGINS"))
+	for _, o := range c.CodecOrigins {
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_CORS_ORIGINS: %q is not an origin (scheme://host[:port], no path)", ErrConfig, o))
+		}
+	}
 	return c, errors.Join(errs...)
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // accountFrom is the ledger account: explicit, else the Zendesk subdomain,

@@ -34,6 +34,9 @@ type TemporalOptions struct {
 	DBFile string
 	// UI serves the web UI on another free port. False means headless.
 	UI bool
+	// UICodecEndpoint is the codec server the web UI decodes payloads
+	// through (it POSTs to UICodecEndpoint+"/decode"). "" means none.
+	UICodecEndpoint string
 	// Port is the frontend gRPC port on 127.0.0.1. 0 means a free port.
 	Port int
 	// Log receives the server's output. nil discards it.
@@ -104,6 +107,9 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 			// --ui-port is ignored with --headless, so only one is passed.
 			args = append(args, "--ui-port", strconv.Itoa(uiPort))
 			uiURL = fmt.Sprintf("http://127.0.0.1:%d", uiPort)
+			if opts.UICodecEndpoint != "" {
+				args = append(args, "--ui-codec-endpoint", opts.UICodecEndpoint)
+			}
 		} else {
 			args = append(args, "--headless")
 		}

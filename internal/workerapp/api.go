@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/supportflow/supportflow/internal/api"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/ledger"
@@ -32,15 +33,17 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	c, err := client.DialContext(ctx, ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, logger, tel))
+	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, logger, tel)
+	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}
 	defer c.Close()
 	l := ledger.New(pool, cfg.Account)
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
-		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval},
-		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l}, l, pool, c, logger)
+		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
+		Codec: &codec.Codec{Keys: cfg.PayloadKeys}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
+		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
 		return err
 	}
@@ -52,7 +55,8 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	// (an approval half-way through its Update must not be cut off).
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	hs.RegisterOnShutdown(srv.Close)
-	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account)
+	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account, "payload_key", cfg.PayloadKeys.ActiveID(),
+		"codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

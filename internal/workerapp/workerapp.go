@@ -19,6 +19,7 @@ import (
 
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/bqlookup"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/ingest"
@@ -78,7 +79,8 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	}
 	defer bq.Close()
 
-	c, err := client.DialContext(ctx, ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, logger, tel))
+	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, logger, tel)
+	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
 	}
@@ -136,7 +138,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	})
 	// Every worker also relays recorded ticket events to Temporal, so an
 	// event the API recorded is handed on even when no API process runs.
-	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}, logger)
+	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Converter: o.DataConverter}, logger)
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go relay.Run(relayCtx)
@@ -145,7 +147,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		logger.Info("resource queue", "task_queue", policy.ResourceQueue(cfg.TaskQueue, r),
 			"fleet_requests_per_minute", lim.PerMinute, "activities_per_second", lim.ActivitiesPerSecond(), "worker_concurrency", lim.Concurrency)
 	}
-	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress,
+	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "payload_key", cfg.PayloadKeys.ActiveID(), "payload_keys", cfg.PayloadKeys.IDs(),
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
 		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)
 	// Run returns on ctx's end (after draining) or on a fatal error (the
@@ -223,10 +225,12 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 }
 
 // ClientOptions are the Temporal client options of every supportflow
-// process: structured logs through slog, and (with telemetry) the SDK's
-// metrics and the OpenTelemetry tracing interceptor.
-func ClientOptions(address, namespace string, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
+// process: payloads and failure messages sealed with keys, structured logs
+// through slog, and (with telemetry) the SDK's metrics and the
+// OpenTelemetry tracing interceptor.
+func ClientOptions(address, namespace string, keys *codec.Keyring, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
 	o := client.Options{HostPort: address, Namespace: namespace, Logger: sdklog.NewStructuredLogger(logger)}
+	codec.Apply(&o, keys)
 	if tel != nil {
 		o.MetricsHandler = tel.TemporalMetrics()
 		o.Interceptors = tel.ClientInterceptors()

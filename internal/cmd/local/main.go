@@ -17,12 +17,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -40,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -79,6 +82,32 @@ func setDefault(name, value string) bool {
 	}
 	os.Setenv(name, value)
 	return true
+}
+
+// ensurePayloadKeys gives the local run its payload keys: the
+// environment's when set, else a key file in the state directory, created
+// with a new random key on the first run and reused after, because the dev
+// server's history there is sealed with it.
+func ensurePayloadKeys(stateDir string) error {
+	if os.Getenv(codec.EnvKeys) != "" || os.Getenv(codec.EnvKeysFile) != "" {
+		return nil
+	}
+	path, err := filepath.Abs(filepath.Join(stateDir, "payload-keys"))
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		key := make([]byte, codec.KeySize)
+		_, _ = rand.Read(key)
+		content := "# supportflow's local payload keys: ID:BASE64KEY, the first encrypts.\n" +
+			"local-" + time.Now().UTC().Format("20060102") + ":" + base64.StdEncoding.EncodeToString(key) + "\n"
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return err
+		}
+		say("payload key generated in %s (the local history is encrypted with it; keep the file with %s)", path, stateDir)
+	}
+	os.Setenv(codec.EnvKeysFile, path)
+	return nil
 }
 
 func randomSecret() string {
@@ -122,12 +151,31 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		cleanups = append(cleanups, func() { say("stopping PostgreSQL"); _ = pg.Stop() })
 		os.Setenv("DATABASE_URL", pg.URL)
 	}
+	if err := ensurePayloadKeys(stateDir); err != nil {
+		return err
+	}
+	codecToken := os.Getenv("SUPPORTFLOW_CODEC_TOKENS")
+	if codecToken == "" {
+		codecToken = randomSecret()
+		os.Setenv("SUPPORTFLOW_CODEC_TOKENS", codecToken)
+	}
+	codecToken, _, _ = strings.Cut(codecToken, ",")
+	// The Web UI has no sign-in here, so it sends no token: a loopback
+	// gateway adds the codec token on its way to the API's codec server,
+	// as an authenticating proxy in front of a production Web UI would.
+	gatewayLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer gatewayLn.Close()
+	gatewayURL := "http://" + gatewayLn.Addr().String()
 	uiURL := ""
 	if os.Getenv("TEMPORAL_ADDRESS") == "" {
 		say("starting the Temporal dev server with its Web UI (the CLI is built on first use: a few minutes)")
 		dbFile, _ := filepath.Abs(filepath.Join(stateDir, "temporal.db"))
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
-			UI: true, DBFile: dbFile, Log: logFile, Progress: os.Stdout, SearchAttributes: supportflow.SearchAttributes,
+			UI: true, UICodecEndpoint: gatewayURL + "/codec", DBFile: dbFile, Log: logFile, Progress: os.Stdout,
+			SearchAttributes: supportflow.SearchAttributes,
 		})
 		if err != nil {
 			return err
@@ -135,6 +183,8 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		cleanups = append(cleanups, func() { say("stopping the Temporal dev server"); _ = tmp.Stop() })
 		os.Setenv("TEMPORAL_ADDRESS", tmp.Address)
 		uiURL = tmp.UIURL
+		// The UI's page may be opened as 127.0.0.1 or as localhost.
+		setDefault("SUPPORTFLOW_CODEC_CORS_ORIGINS", uiURL+","+strings.Replace(uiURL, "127.0.0.1", "localhost", 1))
 	}
 	st, err := startStandins(&cleanups)
 	if err != nil {
@@ -222,6 +272,10 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		return errors.New("the metrics endpoint did not start")
 	}
 	apiURL := "http://" + apiAddr
+	upstream, _ := url.Parse(apiURL)
+	gateway := &http.Server{Handler: codec.Gateway(upstream, codecToken), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = gateway.Serve(gatewayLn) }()
+	cleanups = append(cleanups, func() { _ = gateway.Close() })
 	if st.standins {
 		// The stand-in sends signed ticket event webhooks for every change,
 		// supportflow's own included, as Zendesk does once a webhook is
@@ -229,7 +283,9 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		st.zd.SetWebhook(standin.WebhookConfig{URL: apiURL + "/webhooks/zendesk", Secret: apiCfg.WebhookSecret})
 	}
 
-	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quiet()})
+	o := client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quiet()}
+	codec.Apply(&o, cfg.PayloadKeys)
+	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -243,7 +299,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 			logger.Warn("setting the namespace retention", "error", err)
 		}
 	}
-	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue}
+	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Converter: o.DataConverter}
 	if err := s.EnsureSchedules(ctx, cfg.Durations.ScanInterval, cfg.Durations.ReconcileInterval); err != nil {
 		return err
 	}
@@ -267,7 +323,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 			}
 			link += "?query=" + url.QueryEscape(fmt.Sprintf("%s IN (%s)", supportflow.SearchAttrTicketID, strings.Join(ids, ", ")))
 		}
-		say("Temporal Web UI: %s", link)
+		say("Temporal Web UI: %s (payloads decoded through the codec server at %s/codec; Temporal stores them encrypted)", link, apiURL)
 	}
 	say("api: %s", apiURL)
 	if generated {

@@ -32,8 +32,9 @@
 // without a draft), 2 bad usage.
 //
 // Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-// SUPPORTFLOW_TASK_QUEUE, and for parity DATABASE_URL and
-// SUPPORTFLOW_ACCOUNT.
+// SUPPORTFLOW_TASK_QUEUE, the payload keys (SUPPORTFLOW_PAYLOAD_KEYS or
+// SUPPORTFLOW_PAYLOAD_KEYS_FILE, as the worker's), and for parity
+// DATABASE_URL and SUPPORTFLOW_ACCOUNT.
 package main
 
 import (
@@ -53,6 +54,8 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -207,16 +210,24 @@ func hasFlags(fs *flag.FlagSet) bool {
 
 // dial connects to Temporal. Commands call it only after their arguments
 // have been validated, so that bad input sends nothing.
+// Payloads are sealed with the same keys as the workers' (a missing or
+// malformed key is an error before anything is sent).
 func dial(ctx context.Context) (*starter.Starter, func(), error) {
-	c, err := client.DialContext(ctx, client.Options{
+	keys, err := config.PayloadKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	o := client.Options{
 		HostPort:  cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), "localhost:7233"),
 		Namespace: cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), "default"),
 		Logger:    sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-	})
+	}
+	codec.Apply(&o, keys)
+	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("temporal: %w", err)
 	}
-	return &starter.Starter{Client: c, TaskQueue: os.Getenv("SUPPORTFLOW_TASK_QUEUE")}, c.Close, nil
+	return &starter.Starter{Client: c, TaskQueue: os.Getenv("SUPPORTFLOW_TASK_QUEUE"), Converter: o.DataConverter}, c.Close, nil
 }
 
 // withStarter dials, runs f and closes the connection.

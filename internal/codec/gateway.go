@@ -1,0 +1,25 @@
+package codec
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+)
+
+// Gateway forwards codec requests (and their CORS preflights) to the codec
+// server at upstream, adding the codec token: it stands where an
+// authenticating proxy in front of the Web UI would, for a Web UI without
+// sign-in (the local run's, bound to loopback), which sends no token of
+// its own. Whoever reaches the gateway reads payloads in the clear, so it
+// listens only where the Web UI itself may be reached.
+func Gateway(upstream *url.URL, token string) http.Handler {
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(upstream)
+			r.Out.Host = upstream.Host
+			if r.In.Method != http.MethodOptions {
+				r.Out.Header.Set("Authorization", "Bearer "+token)
+			}
+		},
+	}
+}
