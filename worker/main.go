@@ -3,6 +3,7 @@
 //
 //	worker           run until SIGINT/SIGTERM (migrates the database first)
 //	worker api       serve the HTTP API and the Zendesk webhook until SIGINT/SIGTERM
+//	worker codec-gateway  forward the Web UI's codec requests to worker api with a codec token
 //	worker migrate   apply database migrations and exit
 //	worker probe URL exit 0 if URL answers 2xx (the container health check)
 //	worker --help    list every environment variable
@@ -32,10 +33,12 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: worker [api|migrate|probe URL]\n\nRuns the supportflow worker; `worker api` serves the HTTP API and the Zendesk webhook;\n`worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
+	fmt.Fprintf(os.Stderr, "usage: worker [api|codec-gateway|migrate|probe URL]\n\nRuns the supportflow worker; `worker api` serves the HTTP API, the Zendesk webhook and the codec server;\n`worker codec-gateway` lets a Web UI without sign-in decode through it; `worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
 	config.PrintHelp(os.Stderr)
 	fmt.Fprintf(os.Stderr, "\nworker api also reads:\n")
 	config.PrintAPIHelp(os.Stderr)
+	fmt.Fprintf(os.Stderr, "\nworker codec-gateway reads:\n")
+	config.PrintVars(os.Stderr, config.GatewayVars)
 }
 
 func run(args []string) error {
@@ -72,6 +75,13 @@ func run(args []string) error {
 		return withTelemetry(ctx, "supportflow-api", cfg.MetricsAddr, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
 			return workerapp.RunAPI(ctx, cfg, logger, tel, nil)
 		})
+	}
+	if len(args) > 0 && args[0] == "codec-gateway" {
+		cfg, err := config.LoadGateway()
+		if err != nil {
+			return err
+		}
+		return workerapp.RunGateway(ctx, cfg, config.NewLogger(os.Stderr, cfg.LogLevel), nil)
 	}
 	if len(args) > 0 {
 		usage()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/client"
@@ -149,12 +150,20 @@ func (c *Codec) open(p *commonpb.Payload) (*commonpb.Payload, error) {
 	return &orig, nil
 }
 
+// A flate writer holds about 800 KB of tables: one per payload would
+// dominate the codec's cost, so they are pooled (as are readers). BestSpeed:
+// 256 KiB of conversation seals in about 2.5 ms at 28% of its size, where
+// the default level takes ten times as long for 21% (BenchmarkCodec).
+var (
+	writers = sync.Pool{New: func() any { w, _ := flate.NewWriter(nil, flate.BestSpeed); return w }}
+	readers = sync.Pool{New: func() any { return flate.NewReader(bytes.NewReader(nil)) }}
+)
+
 func deflate(b []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	w, err := flate.NewWriter(&buf, flate.DefaultCompression)
-	if err != nil {
-		return nil, err
-	}
+	w := writers.Get().(*flate.Writer)
+	defer writers.Put(w)
+	w.Reset(&buf)
 	if _, err := w.Write(b); err != nil {
 		return nil, err
 	}
@@ -165,8 +174,11 @@ func deflate(b []byte) ([]byte, error) {
 }
 
 func inflate(b []byte) ([]byte, error) {
-	r := flate.NewReader(bytes.NewReader(b))
-	defer r.Close()
+	r := readers.Get().(io.ReadCloser)
+	defer readers.Put(r)
+	if err := r.(flate.Resetter).Reset(bytes.NewReader(b), nil); err != nil {
+		return nil, err
+	}
 	out, err := io.ReadAll(io.LimitReader(r, maxOpened+1))
 	if err != nil {
 		return nil, err

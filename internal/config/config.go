@@ -484,11 +484,52 @@ func accountFrom(account, subdomain, zendeskURL string) string {
 	return ""
 }
 
+// GatewayVars lists what `worker codec-gateway` reads.
+var GatewayVars = []Var{
+	{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Help: "URL of the worker api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
+	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "the codec token the gateway sends (the first of the list; required)", Secret: true},
+	{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
+}
+
+// Gateway is the codec gateway's configuration: where it listens, the
+// codec server it forwards to, and the token it adds.
+type Gateway struct {
+	Addr     string
+	Upstream *url.URL
+	Token    string
+	LogLevel string
+}
+
+// LoadGateway reads the codec gateway's configuration, naming every
+// problem and never the token.
+func LoadGateway() (Gateway, error) {
+	g := Gateway{Addr: strings.TrimSpace(os.Getenv("SUPPORTFLOW_CODEC_GATEWAY_ADDR")), LogLevel: strings.TrimSpace(os.Getenv("SUPPORTFLOW_LOG_LEVEL"))}
+	if g.Addr == "" {
+		g.Addr = "127.0.0.1:8090"
+	}
+	var errs []error
+	raw := strings.TrimSpace(os.Getenv("SUPPORTFLOW_CODEC_UPSTREAM"))
+	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of worker api", ErrConfig))
+	} else {
+		g.Upstream = u
+	}
+	if tokens := splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS")); len(tokens) == 0 {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_TOKENS is required (a token worker api accepts)", ErrConfig))
+	} else {
+		g.Token = tokens[0]
+	}
+	return g, errors.Join(errs...)
+}
+
 // PrintAPIHelp writes the API's own variables.
-func PrintAPIHelp(w io.Writer) {
+func PrintAPIHelp(w io.Writer) { PrintVars(w, APIVars) }
+
+// PrintVars writes vars with their defaults and meanings.
+func PrintVars(w io.Writer, vars []Var) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
-	for _, v := range APIVars {
+	for _, v := range vars {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, or(v.Default, "-"), v.Help)
 	}
 	tw.Flush()

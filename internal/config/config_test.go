@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +18,14 @@ func setAll(t *testing.T) {
 		"DATABASE_URL": "postgres://u:pw@db/sf", "ZENDESK_URL": "http://zd.test:8080", "ZENDESK_EMAIL": "a@b.test",
 		"ZENDESK_API_TOKEN": "zd-secret", "SUBSCRIPTIONS_URL": "http://subs.test", "SUBSCRIPTIONS_TOKEN": "subs-secret",
 		"BIGQUERY_PROJECT": "acme-analytics", "BIGQUERY_DATASET": "commerce",
+		"SUPPORTFLOW_PAYLOAD_KEYS": testKeys,
 	} {
 		t.Setenv(k, v)
 	}
 }
+
+// testKeys is a payload keyring entry (a key made for this test only).
+const testKeys = "k1:3q2+7w0yZ0Vc9xL4kQ1rD8uP5sT6vW2aB3cE4fG5hI8="
 
 func TestLoadWorker_Defaults(t *testing.T) {
 	setAll(t)
@@ -35,6 +40,32 @@ func TestLoadWorker_Defaults(t *testing.T) {
 	assert.Empty(t, c.ModelAPIKey, "a local model server needs no key")
 	assert.Equal(t, "US", c.BigQueryLocation)
 	assert.Equal(t, "shadow", c.EnrichmentMode, "enrichment writes only its own tables unless told otherwise")
+	assert.Equal(t, "k1", c.PayloadKeys.ActiveID())
+}
+
+// Payloads are sealed or nothing starts: the worker and the API refuse a
+// missing or malformed key by the variable's name, never showing a key.
+func TestLoad_RequiresPayloadKeys(t *testing.T) {
+	setAll(t)
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "a-token-of-sixteen-chars")
+	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
+	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
+	for _, tc := range []struct{ keys, want string }{
+		{"", "SUPPORTFLOW_PAYLOAD_KEYS (or SUPPORTFLOW_PAYLOAD_KEYS_FILE) is required"},
+		{"k1:c2hvcnQ=", `key "k1" is 5 bytes; AES-256 needs 32`},
+		{"k1:%%%notbase64%%%%%%%%%%%%%%%%%%%%%%%%%%%", `key "k1" is not base64`},
+	} {
+		t.Setenv("SUPPORTFLOW_PAYLOAD_KEYS", tc.keys)
+		_, err := LoadWorker()
+		require.ErrorIs(t, err, ErrConfig, tc.keys)
+		assert.ErrorContains(t, err, tc.want)
+		_, err = LoadAPI()
+		assert.ErrorContains(t, err, tc.want)
+		if tc.keys != "" {
+			_, key, _ := strings.Cut(tc.keys, ":")
+			assert.NotContains(t, err.Error(), key, "a key is never echoed")
+		}
+	}
 }
 
 func TestLoadWorker_RejectsAnUnknownEnrichmentMode(t *testing.T) {
@@ -89,6 +120,7 @@ func TestPrintAPIHelp_ListsEveryAPIVariable(t *testing.T) {
 // The API refuses to start without its secrets, and reports them by name,
 // never by value.
 func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
+	t.Setenv("SUPPORTFLOW_PAYLOAD_KEYS", testKeys)
 	t.Setenv("DATABASE_URL", "postgres://u:pw@db/sf")
 	t.Setenv("ZENDESK_SUBDOMAIN", "acme")
 	t.Setenv("SUPPORTFLOW_API_TOKENS", "short")
@@ -123,6 +155,21 @@ func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
 	assert.Equal(t, []string{"a-token-of-sixteen-chars", "another-token-0123456"}, c.Tokens)
 	assert.Equal(t, "acme", c.Account, "the same account as the worker derives")
 	assert.Equal(t, ":8080", c.Addr)
+	assert.Empty(t, c.CodecTokens, "no codec server unless tokens are given")
+
+	// The codec server: tokens 16+ characters, origins without paths.
+	t.Setenv("SUPPORTFLOW_CODEC_TOKENS", "tiny")
+	t.Setenv("SUPPORTFLOW_CODEC_CORS_ORIGINS", "https://temporal.acme.test/ui")
+	_, err = LoadAPI()
+	assert.ErrorContains(t, err, "SUPPORTFLOW_CODEC_TOKENS")
+	assert.ErrorContains(t, err, "SUPPORTFLOW_CODEC_CORS_ORIGINS")
+	assert.NotContains(t, err.Error(), "tiny")
+	t.Setenv("SUPPORTFLOW_CODEC_TOKENS", "codec-token-0123456789")
+	t.Setenv("SUPPORTFLOW_CODEC_CORS_ORIGINS", "https://temporal.acme.test, http://localhost:8233")
+	c, err = LoadAPI()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"codec-token-0123456789"}, c.CodecTokens)
+	assert.Equal(t, []string{"https://temporal.acme.test", "http://localhost:8233"}, c.CodecOrigins)
 }
 
 // The reply's ticket update comes from two variables; anything Zendesk

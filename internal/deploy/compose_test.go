@@ -32,18 +32,20 @@ const repoRoot = "../.."
 // variable docker-compose.yml takes from it. The values are distinctive, so
 // a test can tell that a setting came from here and not from the file.
 var hostEnv = map[string]string{
-	"POSTGRES_PASSWORD":      "host-postgres-password",
-	"ZENDESK_SUBDOMAIN":      "host-subdomain",
-	"ZENDESK_EMAIL":          "host-agent@example.com",
-	"ZENDESK_API_TOKEN":      "host-zendesk-token",
-	"SUBSCRIPTIONS_URL":      "https://host-subscriptions.example.com",
-	"SUBSCRIPTIONS_TOKEN":    "host-subscriptions-token",
-	"MODEL_API_KEY":          "host-model-key",
-	"BIGQUERY_PROJECT":       "host-analytics",
-	"BIGQUERY_DATASET":       "host_commerce",
-	"SUPPORTFLOW_API_TOKENS": "host-api-token-0123456789",
-	"ZENDESK_WEBHOOK_SECRET": "host-webhook-secret",
-	"ZENDESK_API_USER_ID":    "900000000001",
+	"POSTGRES_PASSWORD":        "host-postgres-password",
+	"SUPPORTFLOW_PAYLOAD_KEYS": "k1:3q2+7w0yZ0Vc9xL4kQ1rD8uP5sT6vW2aB3cE4fG5hI8=",
+	"SUPPORTFLOW_CODEC_TOKENS": "host-codec-token-0123456789",
+	"ZENDESK_SUBDOMAIN":        "host-subdomain",
+	"ZENDESK_EMAIL":            "host-agent@example.com",
+	"ZENDESK_API_TOKEN":        "host-zendesk-token",
+	"SUBSCRIPTIONS_URL":        "https://host-subscriptions.example.com",
+	"SUBSCRIPTIONS_TOKEN":      "host-subscriptions-token",
+	"MODEL_API_KEY":            "host-model-key",
+	"BIGQUERY_PROJECT":         "host-analytics",
+	"BIGQUERY_DATASET":         "host_commerce",
+	"SUPPORTFLOW_API_TOKENS":   "host-api-token-0123456789",
+	"ZENDESK_WEBHOOK_SECRET":   "host-webhook-secret",
+	"ZENDESK_API_USER_ID":      "900000000001",
 }
 
 // The services docker-compose.yml must define.
@@ -54,6 +56,7 @@ const (
 	workerService     = "worker"
 	setupService      = "temporal-setup"
 	apiService        = "api"
+	gatewayService    = "codec-gateway"
 )
 
 // loadCompose loads, interpolates, validates (against the compose schema
@@ -518,4 +521,44 @@ func TestComposeMountsTheDynamicConfig(t *testing.T) {
 		}
 	}
 	assert.Equal(t, devenv.DeployedDynamicConfig, strings.Join(values, "\n")+"\n")
+}
+
+// The Web UI decodes payloads through the codec gateway: its codec
+// endpoint is the gateway's published (loopback-only) port, the gateway
+// forwards to the API with a token the API accepts, and the API allows the
+// UI's origin.
+func TestComposeWebUIDecodesThroughTheCodecGateway(t *testing.T) {
+	p := project(t)
+	ui := env(service(t, p, temporalUIService))
+	endpoint, err := url.Parse(ui["TEMPORAL_CODEC_ENDPOINT"])
+	require.NoError(t, err, "temporal-ui: TEMPORAL_CODEC_ENDPOINT")
+	assert.Equal(t, "/codec", endpoint.Path, "the UI posts to {endpoint}/decode")
+
+	g := service(t, p, gatewayService)
+	assert.Equal(t, []string{"codec-gateway"}, []string(g.Command))
+	assert.NotNil(t, g.Build, "the gateway is the worker image")
+	for _, v := range config.GatewayVars {
+		t.Setenv(v.Name, env(g)[v.Name])
+	}
+	for name := range g.Environment {
+		assert.True(t, slices.ContainsFunc(config.GatewayVars, func(v config.Var) bool { return v.Name == name }), "gateway: %s is not read", name)
+	}
+	gc, err := config.LoadGateway()
+	require.NoError(t, err, "the gateway accepts the compose file's environment")
+	assert.True(t, slices.ContainsFunc(g.Ports, func(pc types.ServicePortConfig) bool {
+		return pc.HostIP == "127.0.0.1" && pc.Published == endpoint.Port() && strings.HasSuffix(gc.Addr, ":"+strconv.Itoa(int(pc.Target)))
+	}), "the gateway publishes the UI's codec port on loopback only: %+v", g.Ports)
+
+	a := env(service(t, p, apiService))
+	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
+		t.Setenv(v.Name, a[v.Name])
+	}
+	ac, err := config.LoadAPI()
+	require.NoError(t, err)
+	assert.Equal(t, "http://"+apiService+":"+strings.TrimPrefix(ac.Addr, ":"), gc.Upstream.String(), "the gateway forwards to the API")
+	assert.Contains(t, ac.CodecTokens, gc.Token, "the API accepts the gateway's token")
+	uiPort := strconv.Itoa(int(service(t, p, temporalUIService).Ports[0].Target))
+	assert.Contains(t, ac.CodecOrigins, "http://localhost:"+uiPort, "the API allows the UI's origin")
+	assert.Equal(t, hostEnv["SUPPORTFLOW_PAYLOAD_KEYS"], a["SUPPORTFLOW_PAYLOAD_KEYS"])
+	assert.Equal(t, hostEnv["SUPPORTFLOW_PAYLOAD_KEYS"], env(service(t, p, workerService))["SUPPORTFLOW_PAYLOAD_KEYS"], "worker and API seal with the same keys")
 }

@@ -77,3 +77,31 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	}
 	return err
 }
+
+// RunGateway serves the codec gateway (codec.Gateway) until ctx ends.
+// ready, if not nil, receives the listening address once it listens.
+func RunGateway(ctx context.Context, cfg config.Gateway, logger *slog.Logger, ready chan<- string) error {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: codec.Gateway(cfg.Upstream, cfg.Token), ReadHeaderTimeout: 10 * time.Second}
+	logger.Info("codec gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Redacted())
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}

@@ -85,6 +85,20 @@ func TestHelp_ListsEachCommandWithItsOneLineHelp(t *testing.T) {
 func noTemporal(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
 	t.Setenv("TEMPORAL_NAMESPACE", "default")
+	t.Setenv("SUPPORTFLOW_PAYLOAD_KEYS", "k1:3q2+7w0yZ0Vc9xL4kQ1rD8uP5sT6vW2aB3cE4fG5hI8=")
+	t.Setenv("SUPPORTFLOW_PAYLOAD_KEYS_FILE", "")
+}
+
+// Without its payload keys the starter sends nothing: it says which
+// variable is missing and exits 1 before dialing.
+func TestMissingPayloadKeys_SendsNothing(t *testing.T) {
+	noTemporal(t)
+	t.Setenv("SUPPORTFLOW_PAYLOAD_KEYS", "")
+	code, out, errOut := runCmd("draft-start", "12")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "SUPPORTFLOW_PAYLOAD_KEYS")
+	assert.NotContains(t, errOut, "temporal:", "it never dialed")
+	assert.Empty(t, out)
 }
 
 // Bad input gets a usage error (exit 2) and sends nothing: it is refused
