@@ -372,8 +372,8 @@ type API struct {
 	CodecTokens  []string
 	CodecOrigins []string
 	LogLevel     string
-	MetricsAddr       string
-	OTLPEndpoint      string
+	MetricsAddr  string
+	OTLPEndpoint string
 }
 
 // LoadAPI reads the API's configuration, reporting every problem by name
