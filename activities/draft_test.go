@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -135,6 +136,40 @@ func (f *draftFixture) load(t *testing.T, ticket int64) activities.TicketContext
 	var tc activities.TicketContext
 	require.NoError(t, v.Get(&tc))
 	return tc
+}
+
+// A ticket's conversation is a Temporal payload (LoadTicket's result, then
+// GenerateDraft's input), so it is bounded: a 1.5 MB conversation comes
+// back within the prompt budget's bytes, far under Temporal's 2 MB limit,
+// keeping the first comment and the newest (so the draft still knows
+// what it read through), and saying how many it left out; the model is
+// told too.
+func TestLoadTicket_BoundsTheConversationPayload(t *testing.T) {
+	f := newDraftFixture(t)
+	f.h.Activities.PromptTokenBudget = 100_000 // the product's default
+	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Long", Description: "FIRST " + strings.Repeat("a", 6000), RequesterName: "Ada"})
+	for i := range 190 {
+		f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: fmt.Sprintf("comment-%03d %s", i, strings.Repeat("b", 8000)), Agent: i%2 == 1})
+	}
+	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "NEWEST " + strings.Repeat("c", 200_000)})
+
+	tc := f.load(t, ticket)
+	b, err := json.Marshal(tc)
+	require.NoError(t, err)
+	t.Logf("payload %d bytes, %d comments kept, %d left out", len(b), len(tc.Conversation.Comments), tc.OmittedComments)
+	assert.LessOrEqual(t, len(b), activities.ContextBytes(100_000)+16<<10, "within the budget's bytes (and its JSON)")
+	assert.Less(t, len(b), 512<<10, "under Temporal's 512 KB payload warning, far under its 2 MB limit")
+	require.NotEmpty(t, tc.Conversation.Comments)
+	assert.True(t, strings.HasPrefix(tc.Conversation.Comments[0].Body, "FIRST"), "the first comment is kept")
+	newest := tc.Conversation.Comments[len(tc.Conversation.Comments)-1]
+	assert.True(t, strings.HasPrefix(newest.Body, "NEWEST"), "the newest comment is kept")
+	assert.Less(t, len(newest.Body), 200_000, "a comment over half the bound is clipped")
+	assert.True(t, newest.At.Equal(tc.Conversation.Through()), "what the draft read through is the newest comment's time")
+	assert.Equal(t, 192-len(tc.Conversation.Comments), tc.OmittedComments, "the description and 191 comments, less those kept")
+
+	msgs, omitted := activities.Messages(tc, "", 100_000)
+	assert.GreaterOrEqual(t, omitted, tc.OmittedComments)
+	assert.Contains(t, msgs[1].Content, fmt.Sprintf(`"omitted_comments":%d`, omitted), "the model is told")
 }
 
 // The conversation comes back oldest first, the customer's comments told
