@@ -3,10 +3,12 @@ package tests
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,34 +74,32 @@ func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	assert.Contains(t, string(out), "==> stopped cleanly")
 }
 
-var (
-	reAPI      = regexp.MustCompile(`==> api: (http://\S+)`)
-	reToken    = regexp.MustCompile(`==> api token: (\S+)`)
-	reMetrics  = regexp.MustCompile(`==> metrics: (http://\S+)`)
-	reProposal = regexp.MustCompile(`==> ticket (\d+): proposal (\S+) awaits approval`)
-)
+// localRun is the local run as a user leaves it running.
+type localRun struct {
+	cmd      *exec.Cmd
+	exited   chan error
+	stateDir string
+	output   func() string
+}
 
-// The local run as a user leaves it running: it reaches ready with the
-// demo drafts awaiting approval; one is approved over the HTTP API with
-// the printed token and command; /metrics shows Temporal's and
-// supportflow's metrics; SIGINT stops it cleanly within the drain timeout.
-func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
-	startsItsOwnServers(t)
-	t.Parallel()
+// startLocalRun builds and starts the local run and waits until it is
+// ready (its demo drafts awaiting approval); it is killed at cleanup.
+func startLocalRun(t *testing.T, env ...string) *localRun {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "local")
 	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/internal/cmd/local")
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run())
 
-	const drain = 5 * time.Second
-	cmd := exec.Command(bin, "-state", t.TempDir())
-	cmd.Env = localEnv("SUPPORTFLOW_DRAIN_TIMEOUT=" + drain.String())
+	lr := &localRun{stateDir: t.TempDir(), exited: make(chan error, 1)}
+	cmd := exec.Command(bin, "-state", lr.stateDir)
+	lr.cmd = cmd
+	cmd.Env = localEnv(env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = cmd.Stdout
 	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
 	var mu sync.Mutex
 	var lines []string
 	readyCh := make(chan struct{})
@@ -114,22 +114,42 @@ func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
 				once.Do(func() { close(readyCh) })
 			}
 		}
-		exited <- cmd.Wait()
+		lr.exited <- cmd.Wait()
 	}()
-	output := func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(lines, "\n") }
+	lr.output = func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(lines, "\n") }
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("local run output:\n%s", output())
+			t.Logf("local run output:\n%s", lr.output())
 		}
 	})
 	select {
 	case <-readyCh:
-	case err := <-exited:
+	case err := <-lr.exited:
 		t.Fatalf("the local run exited before ready: %v", err)
 	case <-time.After(4 * time.Minute):
 		t.Fatal("the local run never reached ready")
 	}
+	return lr
+}
+
+var (
+	reAPI      = regexp.MustCompile(`==> api: (http://\S+)`)
+	reToken    = regexp.MustCompile(`==> api token: (\S+)`)
+	reMetrics  = regexp.MustCompile(`==> metrics: (http://\S+)`)
+	reProposal = regexp.MustCompile(`==> ticket (\d+): proposal (\S+) awaits approval`)
+)
+
+// The local run as a user leaves it running: it reaches ready with the
+// demo drafts awaiting approval; one is approved over the HTTP API with
+// the printed token and command; /metrics shows Temporal's and
+// supportflow's metrics; SIGINT stops it cleanly within the drain timeout.
+func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	const drain = 5 * time.Second
+	lr := startLocalRun(t, "SUPPORTFLOW_DRAIN_TIMEOUT="+drain.String())
+	cmd, exited, output := lr.cmd, lr.exited, lr.output
 	out := output()
 	apiURL, token, metricsURL := reAPI.FindStringSubmatch(out), reToken.FindStringSubmatch(out), reMetrics.FindStringSubmatch(out)
 	require.NotNil(t, apiURL, out)
@@ -189,4 +209,107 @@ func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
 	}
 	t.Logf("stopped in %s", time.Since(stopped).Round(time.Millisecond))
 	assert.Contains(t, output(), "==> stopped cleanly")
+}
+
+// chromium finds a Chromium (or Chrome) to drive headless:
+// SUPPORTFLOW_CHROMIUM, else the usual names on PATH.
+func chromium() (string, bool) {
+	if p := os.Getenv("SUPPORTFLOW_CHROMIUM"); p != "" {
+		return p, true
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+var (
+	reWebUI = regexp.MustCompile(`==> Temporal Web UI: (http://[^/\s]+)`)
+	reReply = regexp.MustCompile(`==> ticket \d+: proposal \S+ awaits approval: "(Hi [A-Za-z]+, thanks for writing)`)
+)
+
+// The Web UI the local run starts, opened headless in Chromium as an
+// operator opens it, shows an approved execution's input (the reply to the
+// customer, by name) in the clear, decoded through the codec server, while
+// the history the Temporal server returns holds it only sealed.
+func TestPII_WebUIRendersDecodedPayload(t *testing.T) {
+	browser, ok := chromium()
+	if !ok {
+		t.Skip("Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it), or set SUPPORTFLOW_CHROMIUM")
+	}
+	startsItsOwnServers(t)
+	t.Parallel()
+	lr := startLocalRun(t)
+	out := lr.output()
+	apiURL, token, ui := reAPI.FindStringSubmatch(out), reToken.FindStringSubmatch(out), reWebUI.FindStringSubmatch(out)
+	props, reply := reProposal.FindStringSubmatch(out), reReply.FindStringSubmatch(out)
+	require.NotNil(t, apiURL, out)
+	require.NotNil(t, token, out)
+	require.NotNil(t, ui, out)
+	require.NotNil(t, props, out)
+	require.NotNil(t, reply, out)
+	ticket, proposal := props[1], props[2]
+
+	req, _ := http.NewRequest("POST", apiURL[1]+"/proposals/"+proposal+"/approve", strings.NewReader(`{"approved_by":"webui-test"}`))
+	req.Header.Set("Authorization", "Bearer "+token[1])
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	getJSON := func(u string, auth bool, v any) int {
+		req, _ := http.NewRequest("GET", u, nil)
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+token[1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if v != nil {
+			_ = json.Unmarshal(b, v)
+		}
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool {
+		var st supportflow.DraftStatus
+		return getJSON(fmt.Sprintf("%s/tickets/%s/draft", apiURL[1], ticket), true, &st) == 200 && st.State == supportflow.DraftDone
+	}, time.Minute, 100*time.Millisecond, "the approved draft finished")
+
+	// The execution's run, and its history as the server holds it (through
+	// the Web UI's own HTTP API, which the browser reads too).
+	wf := ui[1] + "/api/v1/namespaces/default/workflows/" + url.PathEscape(supportflow.ExecuteWorkflowID(proposal))
+	var desc struct {
+		WorkflowExecutionInfo struct {
+			Execution struct {
+				RunID string `json:"runId"`
+			} `json:"execution"`
+		} `json:"workflowExecutionInfo"`
+	}
+	require.Equal(t, 200, getJSON(wf, false, &desc))
+	run := desc.WorkflowExecutionInfo.Execution.RunID
+	require.NotEmpty(t, run)
+	var history json.RawMessage
+	require.Equal(t, 200, getJSON(wf+"/history?execution.runId="+run, false, &history))
+	require.NotEmpty(t, history)
+	assert.NotContains(t, string(history), reply[1], "the server holds the reply sealed")
+	assert.Contains(t, string(history), base64.StdEncoding.EncodeToString([]byte("binary/encrypted")))
+
+	page := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/history", ui[1], url.PathEscape(supportflow.ExecuteWorkflowID(proposal)), run)
+	var dom string
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+			"--user-data-dir="+t.TempDir(), "--virtual-time-budget=20000", "--dump-dom", page)
+		b, err := cmd.Output()
+		dom = string(b)
+		return err == nil && strings.Contains(dom, reply[1])
+	}, 3*time.Minute, time.Second, "the Web UI at %s shows the decoded reply %q", page, reply[1])
+
+	logs, err := os.ReadFile(filepath.Join(lr.stateDir, "local.log"))
+	require.NoError(t, err)
+	assert.Regexp(t, `"msg":"codec request","path":"/codec/decode".*"origin":"`+regexp.QuoteMeta(ui[1])+`"`, string(logs),
+		"the browser decoded through the API's codec server")
 }

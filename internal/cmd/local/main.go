@@ -110,6 +110,15 @@ func ensurePayloadKeys(stateDir string) error {
 	return nil
 }
 
+// keysHint is the payload-keys setting a starter command needs, without a
+// key in it: the key file's path, or a pointer to the inline variable.
+func keysHint() string {
+	if f := os.Getenv(codec.EnvKeysFile); f != "" {
+		return codec.EnvKeysFile + "=" + f
+	}
+	return codec.EnvKeys + "=<your keys>"
+}
+
 func randomSecret() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
@@ -155,7 +164,8 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		return err
 	}
 	codecToken := os.Getenv("SUPPORTFLOW_CODEC_TOKENS")
-	if codecToken == "" {
+	codecGenerated := codecToken == ""
+	if codecGenerated {
 		codecToken = randomSecret()
 		os.Setenv("SUPPORTFLOW_CODEC_TOKENS", codecToken)
 	}
@@ -329,6 +339,10 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	if generated {
 		say("api token: %s", apiCfg.Tokens[0])
 	}
+	if codecGenerated {
+		say("codec: temporal workflow show --address %s -w WORKFLOW_ID --codec-endpoint %s/codec --codec-auth 'Bearer %s'",
+			cfg.TemporalAddress, apiURL, codecToken)
+	}
 	say("metrics: http://%s/metrics", metricsAddr)
 	say("logs: %s", logFile.Name())
 	if once {
@@ -476,7 +490,7 @@ func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, sec
 		proposals[id] = d.Proposal.ID
 		say("ticket %d: proposal %s awaits approval: %q (cancel %v)", id, d.Proposal.ID, d.Proposal.Reply, d.Proposal.CancelSubscriptions)
 		say("  approve: curl -s -X POST -H 'Authorization: Bearer %s' %s/proposals/%s/approve", token, apiURL, d.Proposal.ID)
-		say("  or:      TEMPORAL_ADDRESS=%s go run ./starter/cmd/starter approve %d %s", temporalAddr, id, d.Proposal.ID)
+		say("  or:      TEMPORAL_ADDRESS=%s %s go run ./starter/cmd/starter approve %d %s", temporalAddr, keysHint(), id, d.Proposal.ID)
 	}
 	if !once {
 		return ids, nil
