@@ -71,37 +71,62 @@ const (
 )
 
 // ContextBytes is the bound of a TicketContext's text under this prompt
-// budget: three bytes a token (EstimateTokens) and room for the rest.
+// budget: three bytes a token (EstimateTokens) and room for the rest. No
+// budget (0) leaves MaxContextBytes.
 func ContextBytes(promptTokens int) int {
+	if promptTokens <= 0 {
+		return MaxContextBytes
+	}
 	return min(max(3*promptTokens+(16<<10), minContextBytes), MaxContextBytes)
 }
 
 // boundConversation keeps c within limit bytes of text: the subject and
 // name clipped, any one comment clipped to half the limit, then the first
-// comment (what the ticket is about) and as many of the newest as fit.
-// The newest comment is always kept, so c.Through() does not change. It
-// returns how many comments it left out.
+// comment (what the ticket is about), the customer's newest (what the
+// reply answers) and as many of the newest as fit. The newest comment is
+// always kept, so c.Through() does not change. It returns how many
+// comments it left out.
 func boundConversation(c *zendeskclient.Conversation, limit int) (omitted int) {
 	c.Subject = text.Clip(c.Subject, maxSubjectBytes)
 	c.RequesterName = text.Clip(c.RequesterName, maxNameBytes)
+	size := func(cm zendeskclient.ConversationComment) int { return len(cm.Body) + commentOverhead }
 	total := len(c.Subject) + len(c.RequesterName)
 	for i := range c.Comments {
 		c.Comments[i].Body = text.Clip(c.Comments[i].Body, limit/2)
-		total += len(c.Comments[i].Body) + commentOverhead
+		total += size(c.Comments[i])
 	}
-	if total <= limit || len(c.Comments) <= 2 {
+	n := len(c.Comments)
+	if total <= limit || n <= 2 {
 		return 0
 	}
-	size := func(cm zendeskclient.ConversationComment) int { return len(cm.Body) + commentOverhead }
-	first, rest := c.Comments[0], c.Comments[1:]
-	used := len(c.Subject) + len(c.RequesterName) + size(first) + size(rest[len(rest)-1])
-	keepFrom := len(rest) - 1
-	for keepFrom > 0 && used+size(rest[keepFrom-1]) <= limit {
-		keepFrom--
-		used += size(rest[keepFrom])
+	keep := make([]bool, n)
+	used := len(c.Subject) + len(c.RequesterName)
+	mark := func(i int) {
+		if i >= 0 && !keep[i] {
+			keep[i] = true
+			used += size(c.Comments[i])
+		}
 	}
-	c.Comments = append([]zendeskclient.ConversationComment{first}, rest[keepFrom:]...)
-	return keepFrom
+	mark(0)
+	mark(n - 1)
+	newestCustomer := -1
+	for i, cm := range c.Comments {
+		if cm.Author == zendeskclient.AuthorCustomer {
+			newestCustomer = i
+		}
+	}
+	mark(newestCustomer)
+	for i := n - 2; i > 0 && (keep[i] || used+size(c.Comments[i]) <= limit); i-- {
+		mark(i)
+	}
+	kept := c.Comments[:0]
+	for i, cm := range c.Comments {
+		if keep[i] {
+			kept = append(kept, cm)
+		}
+	}
+	c.Comments = kept
+	return n - len(kept)
 }
 
 // LoadTicket reads a ticket's public conversation from Zendesk, and its

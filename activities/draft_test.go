@@ -170,6 +170,21 @@ func TestLoadTicket_BoundsTheConversationPayload(t *testing.T) {
 	msgs, omitted := activities.Messages(tc, "", 100_000)
 	assert.GreaterOrEqual(t, omitted, tc.OmittedComments)
 	assert.Contains(t, msgs[1].Content, fmt.Sprintf(`"omitted_comments":%d`, omitted), "the model is told")
+	// The customer's newest comment is what the reply answers: it is kept
+	// even when the agents wrote everything after it.
+	quiet := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Agents talk", Description: "FIRST", RequesterName: "Ada"})
+	f.h.Zendesk.AddComment(quiet, standin.SeedComment{Body: "CUSTOMER-ASKS " + strings.Repeat("d", 8000)})
+	for i := range 100 {
+		f.h.Zendesk.AddComment(quiet, standin.SeedComment{Body: fmt.Sprintf("agent-%03d %s", i, strings.Repeat("e", 8000)), Agent: true})
+	}
+	tc = f.load(t, quiet)
+	assert.Positive(t, tc.OmittedComments)
+	var bodies []string
+	for _, c := range tc.Conversation.Comments {
+		bodies = append(bodies, c.Body[:min(len(c.Body), 14)])
+	}
+	assert.Contains(t, bodies, "CUSTOMER-ASKS ", "the customer's newest comment is kept")
+	assert.Contains(t, bodies, "agent-099 eeee", "and the newest")
 }
 
 // The conversation comes back oldest first, the customer's comments told

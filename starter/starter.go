@@ -56,8 +56,12 @@ type ProposalReader interface {
 // would wait for the caller's whole deadline.
 const DefaultQueryTimeout = time.Second
 
-// New returns a Starter using c and the default task queue.
-func New(c client.Client) *Starter { return &Starter{Client: c} }
+// New returns a Starter using c and the default task queue; dc is c's
+// data converter (codec.DataConverter), for the payloads the starter reads
+// raw.
+func New(c client.Client, dc converter.DataConverter) *Starter {
+	return &Starter{Client: c, Converter: dc}
+}
 
 func (s *Starter) taskQueue() string { return cmp.Or(s.TaskQueue, supportflow.TaskQueue) }
 

@@ -290,11 +290,37 @@ func TestPII_WebUIRendersDecodedPayload(t *testing.T) {
 	require.Equal(t, 200, getJSON(wf, false, &desc))
 	run := desc.WorkflowExecutionInfo.Execution.RunID
 	require.NotEmpty(t, run)
-	var history json.RawMessage
+	var history any
 	require.Equal(t, 200, getJSON(wf+"/history?execution.runId="+run, false, &history))
-	require.NotEmpty(t, history)
-	assert.NotContains(t, string(history), reply[1], "the server holds the reply sealed")
-	assert.Contains(t, string(history), base64.StdEncoding.EncodeToString([]byte("binary/encrypted")))
+	// Payload data is base64 in the JSON: decode every "data" before
+	// looking for the reply, and read every payload's encoding.
+	var stored strings.Builder
+	encodings := map[string]int{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if d, ok := v["data"].(string); ok {
+				b, _ := base64.StdEncoding.DecodeString(d)
+				stored.Write(b)
+				if md, ok := v["metadata"].(map[string]any); ok {
+					enc, _ := md["encoding"].(string)
+					e, _ := base64.StdEncoding.DecodeString(enc)
+					encodings[string(e)]++
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(history)
+	assert.Positive(t, encodings["binary/encrypted"], "the history's payloads: %v", encodings)
+	assert.NotContains(t, stored.String(), reply[1], "the server holds the reply sealed")
 
 	page := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/history", ui[1], url.PathEscape(supportflow.ExecuteWorkflowID(proposal)), run)
 	var dom string

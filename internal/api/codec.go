@@ -24,9 +24,9 @@ import (
 //   - a body over Config.MaxCodecBody: 413.
 //
 // Preflights (OPTIONS) from an allowed origin are answered without a token,
-// as browsers send none with them. Every request that decodes is logged with
-// the token's fingerprint (never the token) and the payload count: who read
-// what, never what was read.
+// as browsers send none with them. Every request is logged with the token's
+// fingerprint (never the token), its origin and namespace: who read, never
+// what was read.
 
 // codecAllowHeaders are the request headers the Web UI sends
 // (Content-Type, X-Namespace, and Authorization when it passes a token).

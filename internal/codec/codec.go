@@ -38,9 +38,9 @@ const (
 // rarely shrink.
 const compressFrom = 256
 
-// maxOpened bounds what one payload may inflate to (Temporal refuses
-// payloads over 2 MB, so no genuine one comes near it).
-const maxOpened = 64 << 20
+// MaxOpened bounds what one payload may inflate to: Temporal refuses
+// payloads over 2 MB, so no genuine one comes near it.
+const MaxOpened = 4 << 20
 
 // ErrUnknownKey is wrapped when a payload was sealed with a key the
 // keyring does not hold (a key removed too early, or a process given the
@@ -179,12 +179,12 @@ func inflate(b []byte) ([]byte, error) {
 	if err := r.(flate.Resetter).Reset(bytes.NewReader(b), nil); err != nil {
 		return nil, err
 	}
-	out, err := io.ReadAll(io.LimitReader(r, maxOpened+1))
+	out, err := io.ReadAll(io.LimitReader(r, MaxOpened+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(out) > maxOpened {
-		return nil, fmt.Errorf("inflates past %d bytes", maxOpened)
+	if len(out) > MaxOpened {
+		return nil, fmt.Errorf("inflates past %d bytes", MaxOpened)
 	}
 	return out, nil
 }

@@ -106,6 +106,16 @@ func TestCodec_RotationAndTampering(t *testing.T) {
 	require.ErrorIs(t, err, codec.ErrUnknownKey)
 	assert.Contains(t, err.Error(), `"a"`)
 
+	// The key ID is bound into the seal: the same key under another ID
+	// does not open it.
+	k := newKey()
+	twice := &codec.Codec{Keys: ring(t, "x:"+k, "y:"+k)}
+	sealedX, err := twice.Encode([]*commonpb.Payload{jsonPayload(t, "bound to x")})
+	require.NoError(t, err)
+	sealedX[0].Metadata[codec.MetadataKeyID] = []byte("y")
+	_, err = twice.Decode(sealedX)
+	assert.ErrorIs(t, err, codec.ErrCorrupt, "relabelled to the same key under another ID")
+
 	for name, alter := range map[string]func(p *commonpb.Payload){
 		"a flipped bit":          func(p *commonpb.Payload) { p.Data[len(p.Data)-1] ^= 1 },
 		"truncated":              func(p *commonpb.Payload) { p.Data = p.Data[:10] },
@@ -129,7 +139,8 @@ func TestParseKeyring_BadInput(t *testing.T) {
 		{" , \n# only a comment\n", "holds no key"},
 		{good, "entry 1 is not ID:BASE64KEY"},
 		{"k1:", "entry 1 is not ID:BASE64KEY"},
-		{"k1:" + good + ",bad id!:" + good, "entry 2: a key ID is 1-64 letters"},
+		{"k1:" + good + ",bad id!:" + good, "entry 2: a key ID is 1-32 letters"},
+		{base64.RawURLEncoding.EncodeToString(make([]byte, 32)) + ":k1", "entry 1: a key ID is 1-32 letters"},
 		{"k1:" + good + ",k1:" + good, `key ID "k1" is given twice`},
 		{"k1:not*base64*at*all", `key "k1" is not base64`},
 		{"k1:" + short, `key "k1" is 16 bytes; AES-256 needs 32`},
@@ -140,6 +151,7 @@ func TestParseKeyring_BadInput(t *testing.T) {
 		assert.ErrorContains(t, err, "SUPPORTFLOW_PAYLOAD_KEYS", "the error names where the keys came from")
 		assert.NotContains(t, err.Error(), good)
 		assert.NotContains(t, err.Error(), short)
+		assert.NotContains(t, err.Error(), base64.RawURLEncoding.EncodeToString(make([]byte, 32)), "a key written where its ID belongs is not quoted")
 	}
 	k, err := codec.ParseKeyring("# rotated 2026-12\nnew:"+good+"\n\nold:"+base64.RawURLEncoding.EncodeToString(make([]byte, 32))+"\n", "file")
 	require.NoError(t, err, "a file: comments, blank lines, URL-safe unpadded base64")

@@ -47,7 +47,10 @@ const KeySize = 32
 // material: an entry is named by its position and ID only.
 var ErrKeys = errors.New("payload keys")
 
-var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+// keyIDPattern: at most 32 characters, so that a key written where its ID
+// belongs (base64 of 32 bytes is 43 or 44 characters) is never taken for
+// an ID and quoted in an error.
+var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
 
 // Keyring holds the keys payloads are sealed and opened with. The zero
 // value is not usable; build one with ParseKeyring or FromEnv.
@@ -66,7 +69,7 @@ func (k *Keyring) IDs() []string { return append([]string(nil), k.ids...) }
 // separated by commas or newlines, the first one active; blank entries and
 // lines starting with # are skipped. Each key must decode (standard or
 // URL-safe base64, padded or not) to exactly 32 bytes, and IDs must be
-// unique, 1-64 characters of letters, digits, '.', '_' or '-'. source
+// unique, 1-32 characters of letters, digits, '.', '_' or '-'. source
 // names where the text came from, for errors.
 func ParseKeyring(text, source string) (*Keyring, error) {
 	k := &Keyring{aeads: map[string]cipher.AEAD{}}
@@ -87,7 +90,7 @@ func ParseKeyring(text, source string) (*Keyring, error) {
 				return nil, fmt.Errorf("%w: %s: entry %d is not ID:BASE64KEY", ErrKeys, source, n)
 			}
 			if !keyIDPattern.MatchString(id) {
-				return nil, fmt.Errorf("%w: %s: entry %d: a key ID is 1-64 letters, digits, '.', '_' or '-'", ErrKeys, source, n)
+				return nil, fmt.Errorf("%w: %s: entry %d: a key ID is 1-32 letters, digits, '.', '_' or '-'", ErrKeys, source, n)
 			}
 			if _, dup := k.aeads[id]; dup {
 				return nil, fmt.Errorf("%w: %s: key ID %q is given twice", ErrKeys, source, id)

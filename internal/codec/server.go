@@ -10,6 +10,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // Handler serves Temporal's codec server protocol for the Web UI and the
@@ -22,7 +23,8 @@ import (
 //
 // Bad input gets a problem+json answer and changes nothing: a body that is
 // not a Payloads message is 400; a payload sealed with a key the keyring
-// lacks is 422 naming the key; a sealed payload that does not open is 422.
+// lacks is 422 naming the key; a sealed payload that does not open is 422;
+// payloads that open to more than MaxAnswer bytes in all are 413.
 func (c *Codec) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var op func([]*commonpb.Payload) ([]*commonpb.Payload, error)
@@ -56,10 +58,22 @@ func (c *Codec) Handler() http.Handler {
 				`the body must be a Payloads message as protobuf JSON: {"payloads":[{"metadata":{...},"data":"BASE64"}]}`)
 			return
 		}
-		out, err := op(in.GetPayloads())
-		if err != nil {
-			writeProblem(w, http.StatusUnprocessableEntity, "codec-failed", "Payloads could not be converted", err.Error())
-			return
+		// One payload at a time, so that an answer is bounded however far
+		// its payloads inflate.
+		out := make([]*commonpb.Payload, 0, len(in.GetPayloads()))
+		total := 0
+		for _, p := range in.GetPayloads() {
+			conv, err := op([]*commonpb.Payload{p})
+			if err != nil {
+				writeProblem(w, http.StatusUnprocessableEntity, "codec-failed", "Payloads could not be converted", err.Error())
+				return
+			}
+			if total += proto.Size(conv[0]); total > MaxAnswer {
+				writeProblem(w, http.StatusRequestEntityTooLarge, "answer-too-large", "Answer too large",
+					fmt.Sprintf("the payloads open to more than %d bytes; send fewer at a time", MaxAnswer))
+				return
+			}
+			out = append(out, conv[0])
 		}
 		b, err := protojson.Marshal(&commonpb.Payloads{Payloads: out})
 		if err != nil {
@@ -71,6 +85,10 @@ func (c *Codec) Handler() http.Handler {
 		_, _ = w.Write(b)
 	})
 }
+
+// MaxAnswer bounds the payloads one codec request may open to, whatever
+// they inflate to (the Web UI sends one event's payloads at a time).
+const MaxAnswer = 32 << 20
 
 // writeProblem writes an RFC 9457 problem document.
 func writeProblem(w http.ResponseWriter, status int, slug, title, detail string) {

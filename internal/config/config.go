@@ -509,8 +509,8 @@ func LoadGateway() (Gateway, error) {
 	}
 	var errs []error
 	raw := strings.TrimSpace(os.Getenv("SUPPORTFLOW_CODEC_UPSTREAM"))
-	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of worker api", ErrConfig))
+	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of worker api, without a path (the gateway keeps the /codec of the request)", ErrConfig))
 	} else {
 		g.Upstream = u
 	}

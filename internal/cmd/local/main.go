@@ -170,6 +170,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		os.Setenv("SUPPORTFLOW_CODEC_TOKENS", codecToken)
 	}
 	codecToken, _, _ = strings.Cut(codecToken, ",")
+	codecToken = strings.TrimSpace(codecToken)
 	// The Web UI has no sign-in here, so it sends no token: a loopback
 	// gateway adds the codec token on its way to the API's codec server,
 	// as an authenticating proxy in front of a production Web UI would.
