@@ -21,6 +21,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,24 +223,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // authed requires a valid bearer token.
 func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow"`)
-			problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "an Authorization: Bearer token is required")
-			return
+		if _, ok := bearer(w, r, s.tokens, "supportflow"); ok {
+			h(w, r)
 		}
-		sum := sha256.Sum256([]byte(token))
-		match := 0
-		for _, t := range s.tokens {
-			match |= subtle.ConstantTimeCompare(sum[:], t[:])
-		}
-		if match != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow", error="invalid_token"`)
-			problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "the bearer token is not valid")
-			return
-		}
-		h(w, r)
 	}
+}
+
+// bearer checks the request's bearer token against tokens (SHA-256 sums,
+// compared in constant time) and answers 401 when it is missing or not
+// one of them. It returns the token's fingerprint (the first 8 hex digits
+// of its sum) for logs.
+func bearer(w http.ResponseWriter, r *http.Request, tokens [][32]byte, realm string) (string, bool) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm=%q`, realm))
+		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "an Authorization: Bearer token is required")
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	match := 0
+	for _, t := range tokens {
+		match |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	if match != 1 {
+		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm=%q, error="invalid_token"`, realm))
+		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "the bearer token is not valid")
+		return "", false
+	}
+	return hex.EncodeToString(sum[:4]), true
 }
 
 // Problem is an RFC 9457 problem details document.

@@ -1,13 +1,9 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 )
 
 // The codec server: POST /codec/encode and /codec/decode, Temporal's codec
@@ -62,7 +58,7 @@ func (s *Server) codec(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	fingerprint, ok := s.codecToken(w, r)
+	fingerprint, ok := bearer(w, r, s.codecTokens, "supportflow-codec")
 	if !ok {
 		return
 	}
@@ -74,26 +70,4 @@ func (s *Server) codec(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("codec request", "path", r.URL.Path, "token", fingerprint, "origin", origin, "namespace", r.Header.Get("X-Namespace"))
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxCodecBody)
 	s.cfg.Codec.Handler().ServeHTTP(w, r)
-}
-
-// codecToken checks the bearer token against the codec tokens and returns
-// its fingerprint (the first 8 hex digits of its SHA-256) for the log.
-func (s *Server) codecToken(w http.ResponseWriter, r *http.Request) (string, bool) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow-codec"`)
-		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "an Authorization: Bearer codec token is required")
-		return "", false
-	}
-	sum := sha256.Sum256([]byte(token))
-	match := 0
-	for _, t := range s.codecTokens {
-		match |= subtle.ConstantTimeCompare(sum[:], t[:])
-	}
-	if match != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="supportflow-codec", error="invalid_token"`)
-		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "the bearer token is not a codec token")
-		return "", false
-	}
-	return hex.EncodeToString(sum[:4]), true
 }

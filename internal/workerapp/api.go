@@ -57,12 +57,23 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	hs.RegisterOnShutdown(srv.Close)
 	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account, "payload_key", cfg.PayloadKeys.ActiveID(),
 		"codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins)
+	go srv.RunRelay(ctx)
+	if err := serve(ctx, hs, ln, ready); err != nil {
+		return err
+	}
+	logger.Info("api stopped")
+	return nil
+}
+
+// serve serves hs on ln until ctx ends, then shuts it down gracefully
+// (in-flight requests get up to 10 s). ready, if not nil, receives the
+// listening address first.
+func serve(ctx context.Context, hs *http.Server, ln net.Listener, ready chan<- string) error {
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	go srv.RunRelay(ctx)
 	select {
 	case err := <-done:
 		return err
@@ -70,9 +81,8 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = hs.Shutdown(shutdownCtx)
+	err := hs.Shutdown(shutdownCtx)
 	if errors.Is(<-done, http.ErrServerClosed) && err == nil {
-		logger.Info("api stopped")
 		return nil
 	}
 	return err
@@ -87,21 +97,5 @@ func RunGateway(ctx context.Context, cfg config.Gateway, logger *slog.Logger, re
 	}
 	hs := &http.Server{Handler: codec.Gateway(cfg.Upstream, cfg.Token), ReadHeaderTimeout: 10 * time.Second}
 	logger.Info("codec gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Redacted())
-	if ready != nil {
-		ready <- ln.Addr().String()
-	}
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdownCtx); err != nil {
-		return err
-	}
-	<-done
-	return nil
+	return serve(ctx, hs, ln, ready)
 }
