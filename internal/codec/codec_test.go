@@ -191,6 +191,10 @@ func TestGateway_AddsTheToken(t *testing.T) {
 	u, _ := url.Parse(upstream.URL)
 	gw := httptest.NewServer(codec.Gateway(u, "codec-token-0123456789"))
 	defer gw.Close()
+	resp, err := http.Post(gw.URL+"/tickets/1/drafts", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "only /codec/ is forwarded")
 	for _, method := range []string{"OPTIONS", "POST"} {
 		req, _ := http.NewRequest(method, gw.URL+"/codec/decode", strings.NewReader("{}"))
 		req.Header.Set("Origin", "http://localhost:8233")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 )
 
 // Gateway forwards codec requests (and their CORS preflights) to the codec
@@ -11,9 +12,10 @@ import (
 // authenticating proxy in front of the Web UI would, for a Web UI without
 // sign-in (the local run's, bound to loopback), which sends no token of
 // its own. Whoever reaches the gateway reads payloads in the clear, so it
-// listens only where the Web UI itself may be reached.
+// listens only where the Web UI itself may be reached. It forwards
+// /codec/... only; any other path is 404, so the token opens nothing else.
 func Gateway(upstream *url.URL, token string) http.Handler {
-	return &httputil.ReverseProxy{
+	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)
 			r.Out.Host = upstream.Host
@@ -22,4 +24,11 @@ func Gateway(upstream *url.URL, token string) http.Handler {
 			}
 		},
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/codec/") {
+			writeProblem(w, http.StatusNotFound, "not-found", "Not found", "the codec gateway forwards /codec/encode and /codec/decode only")
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	})
 }
