@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -27,7 +28,7 @@ type Var struct {
 }
 
 // Vars lists every variable the worker reads, for --help and the README.
-var Vars = []Var{
+var Vars = slices.Concat([]Var{
 	{Name: "DATABASE_URL", Help: "PostgreSQL connection URL (required)", Secret: true},
 	{Name: "TEMPORAL_ADDRESS", Default: "localhost:7233", Help: "Temporal frontend host:port"},
 	{Name: "TEMPORAL_NAMESPACE", Default: "default", Help: "Temporal namespace"},
@@ -47,14 +48,7 @@ var Vars = []Var{
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
-	{Name: "SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE", Default: "200", Help: "Zendesk API requests a minute for the whole fleet (your plan's limit: Team 200, Professional 400, Enterprise 700); the zendesk queue's server-enforced activity rate is a third of it, an activity making up to three calls"},
-	{Name: "SUPPORTFLOW_ZENDESK_CONCURRENCY", Default: "8", Help: "Zendesk activities one worker runs at once"},
-	{Name: "SUPPORTFLOW_MODEL_REQUESTS_PER_MINUTE", Default: "500", Help: "model requests a minute for the whole fleet (the provider's RPM for the model)"},
-	{Name: "SUPPORTFLOW_MODEL_CONCURRENCY", Default: "4", Help: "model calls one worker streams at once"},
-	{Name: "SUPPORTFLOW_BIGQUERY_REQUESTS_PER_MINUTE", Default: "600", Help: "BigQuery lookups a minute for the whole fleet"},
-	{Name: "SUPPORTFLOW_BIGQUERY_CONCURRENCY", Default: "8", Help: "BigQuery lookups one worker runs at once"},
-	{Name: "SUPPORTFLOW_SUBSCRIPTIONS_REQUESTS_PER_MINUTE", Default: "600", Help: "subscription-service cancellation activities a minute for the whole fleet"},
-	{Name: "SUPPORTFLOW_SUBSCRIPTIONS_CONCURRENCY", Default: "8", Help: "cancellation activities one worker runs at once"},
+}, limitVars(), []Var{
 	{Name: "SUPPORTFLOW_MODEL_PROMPT_TOKENS", Default: "100000", Help: "estimated prompt tokens a draft may send; a longer conversation keeps its first comment and the newest that fit (keep it under the model's context window less SUPPORTFLOW_MODEL_MAX_TOKENS)"},
 	{Name: "SUPPORTFLOW_MODEL_MAX_TOKENS", Default: "4096", Help: "max_completion_tokens of a draft; an answer cut off there fails as ModelTruncated"},
 	{Name: "SUPPORTFLOW_REPLY_STATUS", Default: "", Help: "status a drafted reply sets on the ticket with the reply (open, pending, hold or solved; pending is the usual choice); empty leaves the status"},
@@ -67,7 +61,7 @@ var Vars = []Var{
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Help: "OTLP/gRPC collector for traces (host:port or URL); tracing is off when empty"},
 	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
 	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
-}
+})
 
 // Worker is the worker's configuration.
 type Worker struct {
@@ -133,16 +127,49 @@ func (l ResourceLimit) ActivitiesPerSecond() float64 {
 	return 0.9 * float64(l.PerMinute) / 60 / float64(max(1, l.CallsPerActivity))
 }
 
-// callsPerActivity is the most requests one activity of a resource makes:
-// a Zendesk write reads the ticket, may search its audits and writes (a
-// read: the ticket and its comments); the others make one.
-var callsPerActivity = map[string]int{"zendesk": 3, "model": 1, "bigquery": 1, "subscriptions": 1}
-
-// limitDefaults are each resource's requests a minute and concurrency:
-// Zendesk's Team plan (200 a minute,
+// resourceLimits are each resource's defaults (in policy.Resources'
+// order) and the help of its two variables, SUPPORTFLOW_{R}_REQUESTS_PER_MINUTE
+// and SUPPORTFLOW_{R}_CONCURRENCY: Zendesk's Team plan (200 a minute,
 // https://developer.zendesk.com/api-reference/introduction/rate-limits/),
-// a model's usual first-tier RPM, and room for the others.
-var limitDefaults = map[string][2]string{"zendesk": {"200", "8"}, "model": {"500", "4"}, "bigquery": {"600", "8"}, "subscriptions": {"600", "8"}}
+// a model's usual first-tier RPM, and room for the others. calls is the
+// most requests one activity makes: a Zendesk write reads the ticket, may
+// search its audits and writes (a read: the ticket and its comments); the
+// others make one.
+var resourceLimits = []struct {
+	resource                  string
+	perMinute, concurrency    int
+	calls                     int
+	rateHelp, concurrencyHelp string
+}{
+	{policy.ResourceZendesk, 200, 8, 3,
+		"Zendesk API requests a minute for the whole fleet (your plan's limit: Team 200, Professional 400, Enterprise 700); the zendesk queue's server-enforced activity rate is a third of it, an activity making up to three calls",
+		"Zendesk activities one worker runs at once"},
+	{policy.ResourceModel, 500, 4, 1,
+		"model requests a minute for the whole fleet (the provider's RPM for the model)",
+		"model calls one worker streams at once"},
+	{policy.ResourceBigQuery, 600, 8, 1,
+		"BigQuery lookups a minute for the whole fleet",
+		"BigQuery lookups one worker runs at once"},
+	{policy.ResourceSubscriptions, 600, 8, 1,
+		"subscription-service cancellation activities a minute for the whole fleet",
+		"cancellation activities one worker runs at once"},
+}
+
+// limitVar names a resource's variable: SUPPORTFLOW_{RESOURCE}_{what}.
+func limitVar(resource, what string) string {
+	return "SUPPORTFLOW_" + strings.ToUpper(resource) + "_" + what
+}
+
+// limitVars are the resource limits' variables, for Vars.
+func limitVars() []Var {
+	var vars []Var
+	for _, r := range resourceLimits {
+		vars = append(vars,
+			Var{Name: limitVar(r.resource, "REQUESTS_PER_MINUTE"), Default: strconv.Itoa(r.perMinute), Help: r.rateHelp},
+			Var{Name: limitVar(r.resource, "CONCURRENCY"), Default: strconv.Itoa(r.concurrency), Help: r.concurrencyHelp})
+	}
+	return vars
+}
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("configuration")
@@ -242,13 +269,12 @@ func LoadWorker() (Worker, error) {
 		{"SUPPORTFLOW_MODEL_MAX_TOKENS", "4096", 256, 1_000_000, &c.MaxCompletionTokens},
 	}
 	limits := map[string]*ResourceLimit{}
-	for _, r := range policy.Resources {
-		l := &ResourceLimit{CallsPerActivity: callsPerActivity[r]}
-		limits[r] = l
-		up, def := strings.ToUpper(r), limitDefaults[r]
+	for _, r := range resourceLimits {
+		l := &ResourceLimit{CallsPerActivity: r.calls}
+		limits[r.resource] = l
 		ints = append(ints,
-			intVar{"SUPPORTFLOW_" + up + "_REQUESTS_PER_MINUTE", def[0], 1, 1_000_000, &l.PerMinute},
-			intVar{"SUPPORTFLOW_" + up + "_CONCURRENCY", def[1], 1, 10_000, &l.Concurrency})
+			intVar{limitVar(r.resource, "REQUESTS_PER_MINUTE"), strconv.Itoa(r.perMinute), 1, 1_000_000, &l.PerMinute},
+			intVar{limitVar(r.resource, "CONCURRENCY"), strconv.Itoa(r.concurrency), 1, 10_000, &l.Concurrency})
 	}
 	for _, v := range ints {
 		n, err := strconv.Atoi(get(v.name, v.def))
@@ -293,11 +319,7 @@ func PayloadKeys() (*codec.Keyring, error) {
 // configuration error naming the variable.
 func ReplyUpdate(status, tags string) (*supportflow.TicketUpdate, error) {
 	u := supportflow.TicketUpdate{Status: strings.TrimSpace(status)}
-	for _, t := range strings.Split(tags, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			u.Tags = append(u.Tags, t)
-		}
-	}
+	u.Tags = splitList(tags)
 	if u.Status == "" && len(u.Tags) == 0 {
 		return nil, nil
 	}
@@ -400,11 +422,7 @@ func LoadAPI() (API, error) {
 	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
 		c.MetricsAddr = ":9090"
 	}
-	for _, t := range strings.Split(os.Getenv("SUPPORTFLOW_API_TOKENS"), ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			c.Tokens = append(c.Tokens, t)
-		}
-	}
+	c.Tokens = splitList(os.Getenv("SUPPORTFLOW_API_TOKENS"))
 	var errs []error
 	if c.DatabaseURL == "" {
 		errs = append(errs, fmt.Errorf("%w: DATABASE_URL is required", ErrConfig))
@@ -415,11 +433,8 @@ func LoadAPI() (API, error) {
 	if len(c.Tokens) == 0 {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_API_TOKENS is required", ErrConfig))
 	}
-	for _, t := range c.Tokens {
-		if len(t) < 16 {
-			errs = append(errs, fmt.Errorf("%w: every SUPPORTFLOW_API_TOKENS token must be at least 16 characters", ErrConfig))
-			break
-		}
+	if err := shortToken("SUPPORTFLOW_API_TOKENS", c.Tokens); err != nil {
+		errs = append(errs, err)
 	}
 	if c.WebhookSecret == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_WEBHOOK_SECRET is required", ErrConfig))
@@ -443,11 +458,8 @@ func LoadAPI() (API, error) {
 		errs = append(errs, err)
 	}
 	c.CodecTokens = splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS"))
-	for _, t := range c.CodecTokens {
-		if len(t) < 16 {
-			errs = append(errs, fmt.Errorf("%w: every SUPPORTFLOW_CODEC_TOKENS token must be at least 16 characters", ErrConfig))
-			break
-		}
+	if err := shortToken("SUPPORTFLOW_CODEC_TOKENS", c.CodecTokens); err != nil {
+		errs = append(errs, err)
 	}
 	c.CodecOrigins = splitList(os.Getenv("SUPPORTFLOW_CODEC_CORS_ORIGINS"))
 	for _, o := range c.CodecOrigins {
@@ -456,6 +468,17 @@ func LoadAPI() (API, error) {
 		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// shortToken refuses a list of bearer tokens (the variable name) with one
+// shorter than 16 characters, never saying which.
+func shortToken(name string, tokens []string) error {
+	for _, t := range tokens {
+		if len(t) < 16 {
+			return fmt.Errorf("%w: every %s token must be at least 16 characters", ErrConfig, name)
+		}
+	}
+	return nil
 }
 
 // splitList splits a comma-separated list, dropping blanks.

@@ -41,6 +41,11 @@ func TestLoadWorker_Defaults(t *testing.T) {
 	assert.Equal(t, "US", c.BigQueryLocation)
 	assert.Equal(t, "shadow", c.EnrichmentMode, "enrichment writes only its own tables unless told otherwise")
 	assert.Equal(t, "k1", c.PayloadKeys.ActiveID())
+	assert.Len(t, c.Limits, len(policy.Resources))
+	for _, r := range policy.Resources {
+		assert.Positive(t, c.Limits[r].PerMinute, "every resource has its limits: %s", r)
+	}
+	assert.Equal(t, ResourceLimit{PerMinute: 200, Concurrency: 8, CallsPerActivity: 3}, c.Limits[policy.ResourceZendesk])
 }
 
 // Payloads are sealed or nothing starts: the worker and the API refuse a
