@@ -181,20 +181,15 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	s.ingest = ingest.NewStore(pool, l, l.Account())
 	s.relay = ingest.NewRelay(s.ingest, st, logger)
 	s.relay.Interval = cfg.RelayInterval
-	for _, t := range cfg.Tokens {
-		if len(t) < 16 {
-			return nil, fmt.Errorf("%w: API tokens must be at least 16 characters", ErrConfig)
-		}
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	var err error
+	if s.tokens, err = hashTokens("API", cfg.Tokens); err != nil {
+		return nil, err
 	}
 	if cfg.MaxCodecBody == 0 {
 		s.cfg.MaxCodecBody = 16 << 20
 	}
-	for _, t := range cfg.CodecTokens {
-		if len(t) < 16 {
-			return nil, fmt.Errorf("%w: codec tokens must be at least 16 characters", ErrConfig)
-		}
-		s.codecTokens = append(s.codecTokens, sha256.Sum256([]byte(t)))
+	if s.codecTokens, err = hashTokens("codec", cfg.CodecTokens); err != nil {
+		return nil, err
 	}
 	if cfg.Codec != nil && len(s.codecTokens) > 0 {
 		s.mux.HandleFunc("/codec/{op}", s.codec)
@@ -227,6 +222,19 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 		}
 	}
+}
+
+// hashTokens keeps the SHA-256 sums of bearer tokens (what bearer
+// compares); a token under 16 characters is a configuration error.
+func hashTokens(what string, tokens []string) ([][32]byte, error) {
+	var sums [][32]byte
+	for _, t := range tokens {
+		if len(t) < 16 {
+			return nil, fmt.Errorf("%w: %s tokens must be at least 16 characters", ErrConfig, what)
+		}
+		sums = append(sums, sha256.Sum256([]byte(t)))
+	}
+	return sums, nil
 }
 
 // bearer checks the request's bearer token against tokens (SHA-256 sums,
