@@ -21,6 +21,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/devenv"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
@@ -175,8 +176,9 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		codec.EnvKeys + "=" + keysEnv,
 	}
 	// The stand-ins have no rate limits: measure the engine, not a plan.
-	for _, r := range []string{"ZENDESK", "MODEL", "BIGQUERY", "SUBSCRIPTIONS"} {
-		s.env = append(s.env, "SUPPORTFLOW_"+r+"_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_"+r+"_CONCURRENCY=500")
+	for _, r := range policy.Resources {
+		up := strings.ToUpper(r)
+		s.env = append(s.env, "SUPPORTFLOW_"+up+"_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_"+up+"_CONCURRENCY=500")
 	}
 	return s, nil
 }

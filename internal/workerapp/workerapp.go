@@ -106,7 +106,9 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 			logger.Error("resource worker failed; stopping", "task_queue", queue, "error", err)
 			fatalErrs <- err
 		}
-		workers = append(workers, worker.New(c, policy.ResourceQueue(cfg.TaskQueue, r), opts))
+		workers = append(workers, worker.New(c, queue, opts))
+		logger.Info("resource queue", "task_queue", queue,
+			"fleet_requests_per_minute", lim.PerMinute, "activities_per_second", lim.ActivitiesPerSecond(), "worker_concurrency", lim.Concurrency)
 	}
 	register := func(a any) {
 		for _, w := range workers {
@@ -142,11 +144,6 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go relay.Run(relayCtx)
-	for _, r := range policy.Resources {
-		lim := cfg.Limits[r]
-		logger.Info("resource queue", "task_queue", policy.ResourceQueue(cfg.TaskQueue, r),
-			"fleet_requests_per_minute", lim.PerMinute, "activities_per_second", lim.ActivitiesPerSecond(), "worker_concurrency", lim.Concurrency)
-	}
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "payload_key", cfg.PayloadKeys.ActiveID(), "payload_keys", cfg.PayloadKeys.IDs(),
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
 		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)

@@ -38,13 +38,13 @@ import (
 	namespacepb "go.temporal.io/api/namespace/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/workerapp"
@@ -210,8 +210,8 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		// The stand-ins have no rate limits; the product's defaults are
 		// real services' (Zendesk's Team plan: 200 requests a minute).
 		lifted := false
-		for _, r := range []string{"ZENDESK", "MODEL", "BIGQUERY", "SUBSCRIPTIONS"} {
-			lifted = setDefault("SUPPORTFLOW_"+r+"_REQUESTS_PER_MINUTE", "60000") || lifted
+		for _, r := range policy.Resources {
+			lifted = setDefault("SUPPORTFLOW_"+strings.ToUpper(r)+"_REQUESTS_PER_MINUTE", "60000") || lifted
 		}
 		if lifted {
 			say("resource rate limits raised to 60,000 requests a minute for the stand-ins")
@@ -294,8 +294,8 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		st.zd.SetWebhook(standin.WebhookConfig{URL: apiURL + "/webhooks/zendesk", Secret: apiCfg.WebhookSecret})
 	}
 
-	o := client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quiet()}
-	codec.Apply(&o, cfg.PayloadKeys)
+	// The local run's own client: the product's options, its logs discarded.
+	o := workerapp.ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, slog.New(slog.DiscardHandler), nil)
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return err
@@ -360,11 +360,6 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		apiDone <- err
 		return fmt.Errorf("api stopped: %w", err)
 	}
-}
-
-// quiet discards the SDK's own logs in the local run's client.
-func quiet() sdklog.Logger {
-	return sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // startStandins starts a stand-in for every service without settings.
