@@ -133,6 +133,35 @@ func startLocalRun(t *testing.T, env ...string) *localRun {
 	return lr
 }
 
+// httpDo sends a request, with the bearer token unless it is "", and
+// returns the answer's status and body.
+func httpDo(t *testing.T, method, u, token, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// approveAndWait approves a demo proposal over the local run's API, as
+// the printed curl does, and waits until its draft is done.
+func approveAndWait(t *testing.T, apiURL, token, ticket, proposal, by string) {
+	t.Helper()
+	code, b := httpDo(t, "POST", apiURL+"/proposals/"+proposal+"/approve", token, `{"approved_by":"`+by+`"}`)
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.Eventually(t, func() bool {
+		code, body := httpDo(t, "GET", fmt.Sprintf("%s/tickets/%s/draft", apiURL, ticket), token, "")
+		var st supportflow.DraftStatus
+		return code == 200 && json.Unmarshal(body, &st) == nil && st.State == supportflow.DraftDone
+	}, time.Minute, 100*time.Millisecond, "the approved draft finished")
+}
+
 var (
 	reAPI      = regexp.MustCompile(`==> api: (http://\S+)`)
 	reToken    = regexp.MustCompile(`==> api token: (\S+)`)
@@ -159,35 +188,15 @@ func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
 	require.Len(t, props, 3, "three demo drafts await approval")
 	assert.Contains(t, out, "approve: curl -s -X POST -H 'Authorization: Bearer "+token[1])
 
-	get := func(u string, auth bool) (int, string) {
-		req, _ := http.NewRequest("GET", u, nil)
-		if auth {
-			req.Header.Set("Authorization", "Bearer "+token[1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	ticket, proposal := props[0][1], props[0][2]
-	req, _ := http.NewRequest("POST", apiURL[1]+"/proposals/"+proposal+"/approve", strings.NewReader(`{"approved_by":"test"}`))
-	req.Header.Set("Authorization", "Bearer "+token[1])
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Eventually(t, func() bool {
-		code, body := get(fmt.Sprintf("%s/tickets/%s/draft", apiURL[1], ticket), true)
-		var st supportflow.DraftStatus
-		return code == 200 && json.Unmarshal([]byte(body), &st) == nil && st.State == supportflow.DraftDone
-	}, time.Minute, 100*time.Millisecond, "the approved draft finished")
-	code, body := get(fmt.Sprintf("%s/actions/%s", apiURL[1], supportflow.ActionKey(proposal, 0)), true)
-	require.Equal(t, 200, code, body)
-	assert.Contains(t, body, `"state":"applied"`)
+	approveAndWait(t, apiURL[1], token[1], ticket, proposal, "test")
+	code, body := httpDo(t, "GET", fmt.Sprintf("%s/actions/%s", apiURL[1], supportflow.ActionKey(proposal, 0)), token[1], "")
+	require.Equal(t, 200, code, string(body))
+	assert.Contains(t, string(body), `"state":"applied"`)
 
-	code, metrics := get(metricsURL[1], false)
+	code, b := httpDo(t, "GET", metricsURL[1], "", "")
 	require.Equal(t, 200, code)
+	metrics := string(b)
 	for _, want := range []string{
 		`supportflow_action_legs_total{leg="zendesk",outcome="posted"} 1`,
 		`supportflow_action_legs_total{leg="cancellations",outcome="cancelled"} 1`,
@@ -252,30 +261,12 @@ func TestPII_WebUIRendersDecodedPayload(t *testing.T) {
 	require.NotNil(t, reply, out)
 	ticket, proposal := props[1], props[2]
 
-	req, _ := http.NewRequest("POST", apiURL[1]+"/proposals/"+proposal+"/approve", strings.NewReader(`{"approved_by":"webui-test"}`))
-	req.Header.Set("Authorization", "Bearer "+token[1])
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	getJSON := func(u string, auth bool, v any) int {
-		req, _ := http.NewRequest("GET", u, nil)
-		if auth {
-			req.Header.Set("Authorization", "Bearer "+token[1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if v != nil {
-			_ = json.Unmarshal(b, v)
-		}
-		return resp.StatusCode
+	approveAndWait(t, apiURL[1], token[1], ticket, proposal, "webui-test")
+	getJSON := func(u string, v any) int {
+		code, b := httpDo(t, "GET", u, "", "")
+		_ = json.Unmarshal(b, v)
+		return code
 	}
-	require.Eventually(t, func() bool {
-		var st supportflow.DraftStatus
-		return getJSON(fmt.Sprintf("%s/tickets/%s/draft", apiURL[1], ticket), true, &st) == 200 && st.State == supportflow.DraftDone
-	}, time.Minute, 100*time.Millisecond, "the approved draft finished")
 
 	// The execution's run, and its history as the server holds it (through
 	// the Web UI's own HTTP API, which the browser reads too).
@@ -287,11 +278,11 @@ func TestPII_WebUIRendersDecodedPayload(t *testing.T) {
 			} `json:"execution"`
 		} `json:"workflowExecutionInfo"`
 	}
-	require.Equal(t, 200, getJSON(wf, false, &desc))
+	require.Equal(t, 200, getJSON(wf, &desc))
 	run := desc.WorkflowExecutionInfo.Execution.RunID
 	require.NotEmpty(t, run)
 	var history any
-	require.Equal(t, 200, getJSON(wf+"/history?execution.runId="+run, false, &history))
+	require.Equal(t, 200, getJSON(wf+"/history?execution.runId="+run, &history))
 	// Payload data is base64 in the JSON: decode every "data" before
 	// looking for the reply, and read every payload's encoding.
 	var stored strings.Builder
