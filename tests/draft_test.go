@@ -92,16 +92,24 @@ func (s *stack) recordHistory(workflowID, runID, name string) {
 			break
 		}
 	}
-	it := s.temporal.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(s.history(s.temporal, workflowID, runID))
+	require.NoError(s.t, err)
+	require.NoError(s.t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name+".json"), append(b, '\n'), 0o644))
+}
+
+// history reads a run's raw history ("" runID: the latest run) as the
+// server stores it: events whose payloads the client has not decoded.
+func (s *stack) history(c client.Client, workflowID, runID string) *historypb.History {
+	s.t.Helper()
+	it := c.GetWorkflowHistory(ctxT(s.t), workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var h historypb.History
 	for it.HasNext() {
 		e, err := it.Next()
 		require.NoError(s.t, err)
 		h.Events = append(h.Events, e)
 	}
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	require.NoError(s.t, err)
-	require.NoError(s.t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name+".json"), append(b, '\n'), 0o644))
+	require.NotEmpty(s.t, h.Events, "%s has a history", workflowID)
+	return &h
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -14,9 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -28,21 +25,6 @@ import (
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/workflows"
 )
-
-// history reads a run's raw history as the server stores it: events whose
-// payloads the client has not decoded.
-func (s *stack) history(c client.Client, workflowID string) *historypb.History {
-	s.t.Helper()
-	it := c.GetWorkflowHistory(ctxT(s.t), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	var h historypb.History
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(s.t, err)
-		h.Events = append(h.Events, e)
-	}
-	require.NotEmpty(s.t, h.Events, "%s has a history", workflowID)
-	return &h
-}
 
 // payloadsOf walks every payload in a message (inputs, results, failure
 // details, heartbeat details, memos), in order, but for search attributes:
@@ -139,9 +121,10 @@ func TestPII_HistoryHoldsNoPlaintext(t *testing.T) {
 	workflowIDs := []string{supportflow.EnrichWorkflowID(ticket.ID), supportflow.DraftWorkflowID(ticket.ID), supportflow.ExecuteWorkflowID(st.Proposal.ID)}
 	var decoded strings.Builder
 	sealed := map[string]int{}
+	opener := &codec.Codec{Keys: mustKeys(t, keysA)}
 	for _, id := range workflowIDs {
 		s.waitClosed(id)
-		h := s.history(s.temporal, id)
+		h := s.history(s.temporal, id, "")
 		raw, err := proto.Marshal(h)
 		require.NoError(t, err)
 		asJSON, err := protojson.Marshal(h)
@@ -152,7 +135,7 @@ func TestPII_HistoryHoldsNoPlaintext(t *testing.T) {
 		}
 		payloadsOf(h, func(p *commonpb.Payload) {
 			sealed[string(p.GetMetadata()[codec.MetadataEncoding])+"/"+string(p.GetMetadata()[codec.MetadataKeyID])]++
-			opened, err := (&codec.Codec{Keys: mustKeys(t, keysA)}).Decode([]*commonpb.Payload{p})
+			opened, err := opener.Decode([]*commonpb.Payload{p})
 			require.NoError(t, err)
 			decoded.Write(opened[0].GetData())
 		})
@@ -216,7 +199,7 @@ func TestPII_KeyRotation(t *testing.T) {
 	assert.Equal(t, 1, s.subs.Cancellations("sub-rot"))
 
 	s.waitClosed(supportflow.DraftWorkflowID(ticket))
-	h := s.history(rotated, supportflow.DraftWorkflowID(ticket))
+	h := s.history(rotated, supportflow.DraftWorkflowID(ticket), "")
 	seen := map[string]int{}
 	payloadsOf(h, func(p *commonpb.Payload) { seen[string(p.GetMetadata()[codec.MetadataKeyID])]++ })
 	assert.Positive(t, seen["test-a"], "payloads sealed before the rotation: %v", seen)
