@@ -138,6 +138,9 @@ type DraftStatus struct {
 type ApproveRequest struct {
 	ProposalID string `json:"proposal_id"`
 	ApprovedBy string `json:"approved_by,omitempty"`
+	// OnBehalfOf is the person in the calling app the approval was made
+	// for, when ApprovedBy is the API token that made it.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 }
 
 // ApproveResult answers an approval.
@@ -153,6 +156,9 @@ type ApproveResult struct {
 type RejectRequest struct {
 	ProposalID string `json:"proposal_id"`
 	RejectedBy string `json:"rejected_by,omitempty"`
+	// OnBehalfOf is the person in the calling app the rejection was made
+	// for, when RejectedBy is the API token that made it.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 }
 

@@ -75,6 +75,10 @@ const (
 	ErrTypeStaleProposal = "StaleProposal"
 	// ErrTypeDraftFailed marks a draft that could not be produced.
 	ErrTypeDraftFailed = "DraftFailed"
+	// ErrTypeNotApproved marks a leg refused before any write because its
+	// action has no recorded approval, or is not what was approved (an
+	// execution started around the API). Never retried.
+	ErrTypeNotApproved = "NotApproved"
 	// ErrTypeModelQuotaExhausted: the model account is out of quota (429
 	// insufficient_quota); someone must add credit. Not retried.
 	ErrTypeModelQuotaExhausted = "ModelQuotaExhausted"
@@ -191,6 +195,14 @@ type ActionStatus struct {
 	// Cancelled lists the subscriptions whose cancellation is recorded as
 	// done.
 	Cancelled []string `json:"cancelled,omitempty"`
+	// NotCancelled lists those recorded as not cancelled (refused, or
+	// failed for good), and Unknown the legs whose outcome could not be
+	// learned ("kind target"); both read from the ledger after the settle.
+	NotCancelled []string `json:"not_cancelled,omitempty"`
+	Unknown      []string `json:"unknown,omitempty"`
+	// Reason is why the action did not apply, classified in a few words
+	// (never a service's error text): what a note or a redraft may repeat.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrInvalidInput is wrapped by every validation error, so callers can
@@ -216,11 +228,19 @@ func ValidateProposalID(id string) error {
 	return nil
 }
 
+// AttentionPrefix starts the proposal part of the keys of the private
+// notes an execution writes to tell the agents what happened; no proposal
+// ID may start with it.
+const AttentionPrefix = "attention-"
+
 // Validate checks a proposal before anything is started or written. Every
 // problem is reported as an error wrapping ErrInvalidInput.
 func (p Proposal) Validate() error {
 	if err := ValidateProposalID(p.ID); err != nil {
 		return err
+	}
+	if strings.HasPrefix(p.ID, AttentionPrefix) {
+		return fmt.Errorf("%w: proposal id %q: the prefix %q is reserved for supportflow's notes to the agents", ErrInvalidInput, p.ID, AttentionPrefix)
 	}
 	if len(p.Actions) == 0 {
 		return fmt.Errorf("%w: proposal %s has no actions", ErrInvalidInput, p.ID)

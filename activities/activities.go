@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -34,6 +35,9 @@ type Zendesk interface {
 type Subscriptions interface {
 	Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (subscriptions.Cancellation, error)
 	Status(ctx context.Context, subscriptionID string) (string, error)
+	// Lookup reads whose a subscription is (and its status and plan), so
+	// a cancellation runs only for the ticket's requester.
+	Lookup(ctx context.Context, subscriptionID string) (subscriptions.Subscription, error)
 }
 
 // Activities holds the clients of supportflow's activities. Register a
@@ -58,6 +62,11 @@ type Activities struct {
 	// ReplyUpdate, when set, is the ticket update (status, tags) every
 	// drafted reply carries, applied with the reply in one Zendesk update.
 	ReplyUpdate *supportflow.TicketUpdate
+	// ZendeskUserID is supportflow's own Zendesk API user (the
+	// ZENDESK_API_USER_ID setting), so a draft's prompt tells supportflow's
+	// earlier replies from a human agent's. 0 (unknown) labels them by
+	// their Zendesk role, as an agent's.
+	ZendeskUserID int64
 }
 
 func (a *Activities) log(ctx context.Context) *slog.Logger {
@@ -94,7 +103,7 @@ func (in ActionInput) validate() error {
 	return nil
 }
 
-func (in ActionInput) reserveRequest(claimant string, d policy.Durations) ledger.ReserveRequest {
+func (in ActionInput) reserveRequest(claimant, run string, d policy.Durations) ledger.ReserveRequest {
 	return ledger.ReserveRequest{
 		Key:      in.Key,
 		TicketID: in.Action.TicketID,
@@ -102,7 +111,42 @@ func (in ActionInput) reserveRequest(claimant string, d policy.Durations) ledger
 		Claimant: claimant,
 		Lease:    d.Lease,
 		Digest:   ledger.ContentDigest(in.Action),
+		Run:      run,
 	}
+}
+
+// checkApproved refuses, before any write, an action that has no recorded
+// approval or is not what was approved (ledger.CheckApproval): a proposal
+// is approved through the API or the starter, which record it in
+// PostgreSQL, never by starting ExecuteProposal on Temporal. The only
+// writes without an approval are supportflow's own private notes to the
+// agents (keys under supportflow.AttentionPrefix, which no proposal ID may
+// use), a private comment and nothing else.
+func (a *Activities) checkApproved(ctx context.Context, in ActionInput) error {
+	if isAttentionNote(in) {
+		return nil
+	}
+	err := a.Ledger.CheckApproval(ctx, in.Key, ledger.ContentDigest(in.Action))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrNotApproved):
+		a.Metrics.LegRefused("not_approved")
+		a.log(ctx).Warn("refused an action that was not approved", "action_key", in.Key, "ticket_id", in.Action.TicketID, "reason", err.Error())
+		return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeNotApproved, err)
+	case errors.Is(err, supportflow.ErrInvalidInput):
+		return invalid(err)
+	}
+	return err
+}
+
+// isAttentionNote reports whether in is one of supportflow's private notes
+// to the agents.
+func isAttentionNote(in ActionInput) bool {
+	proposalID, _, _ := supportflow.ParseActionKey(in.Key)
+	act := in.Action
+	return strings.HasPrefix(proposalID, supportflow.AttentionPrefix) &&
+		act.Comment != nil && !act.Comment.Public && len(act.CancelSubscriptions) == 0 && act.UpdateTicket == nil
 }
 
 // claimantOf names this attempt uniquely: a retry of the same activity is a
@@ -165,6 +209,8 @@ func reserveError(err error) error {
 		return invalid(err)
 	case errors.Is(err, ledger.ErrConflict):
 		return invalid(err)
+	case errors.Is(err, ledger.ErrSettled):
+		return rejected(err)
 	}
 	return err
 }

@@ -51,8 +51,11 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	if !in.Action.HasZendeskLeg() {
 		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment and no ticket update", supportflow.ErrInvalidInput, in.Key))
 	}
+	if err := a.checkApproved(ctx, in); err != nil {
+		return PostReplyResult{}, err
+	}
 	claimant := claimantOf(ctx)
-	res, err := a.reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	res, err := a.reserve(ctx, in.reserveRequest(claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
 	if err != nil {
 		return PostReplyResult{}, reserveError(err)
 	}
@@ -136,7 +139,18 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 				continue
 			}
 			if err != nil {
-				ambiguous = mayHaveLanded(err)
+				if ambiguous = mayHaveLanded(err); ambiguous {
+					// The write may have landed: its legs are unknown until
+					// the ticket's audits say (the next attempt's search, or
+					// the settle's, after its fence).
+					var unknown []ledger.LegOutcome
+					for _, leg := range todo {
+						unknown = append(unknown, ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegUnknown, Error: err.Error()})
+					}
+					if _, rerr := a.Ledger.RecordLegs(context.WithoutCancel(ctx), res.ID, claimant, unknown...); rerr != nil {
+						log.Warn("recording a write whose answer was lost failed", "error", rerr)
+					}
+				}
 				return err
 			}
 			landed, source = l, "posted"
@@ -324,8 +338,11 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	if len(in.Action.CancelSubscriptions) == 0 {
 		return CancelResult{}, invalid(fmt.Errorf("%w: action %s has no subscriptions to cancel", supportflow.ErrInvalidInput, in.Key))
 	}
+	if err := a.checkApproved(ctx, in); err != nil {
+		return CancelResult{}, err
+	}
 	claimant := claimantOf(ctx)
-	res, err := a.reserve(ctx, in.reserveRequest(claimant, a.Durations))
+	res, err := a.reserve(ctx, in.reserveRequest(claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
 	if err != nil {
 		return CancelResult{}, reserveError(err)
 	}
@@ -392,6 +409,24 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 			if err := a.extendBeforeCall(ctx, res.ID, claimant); err != nil {
 				return err
 			}
+			if !slices.Contains(unknown, sub) {
+				// Only the ticket's requester's subscriptions are cancelled
+				// (one whose answer was lost was checked when first called).
+				p.set(func(p *Progress) { p.Step = "checking whose " + sub + " is" })
+				owned, why, err := a.subscriptionOwner(ctx, in.Action.TicketID, sub)
+				if err != nil {
+					return err
+				}
+				if !owned {
+					a.Metrics.LegRefused("not_owned")
+					log.Warn("refused to cancel a subscription that is not the requester's", "subscription_id", sub, "reason", why)
+					if err := record(ledger.LegOutcome{Target: sub, State: ledger.LegFailed, Error: why, Resolved: true}); err != nil {
+						return err
+					}
+					refused = append(refused, notOwnedError("subscription "+sub+": "+why))
+					continue
+				}
+			}
 			p.set(func(p *Progress) { p.Step = "cancelling " + sub })
 			out.Called = append(out.Called, sub)
 			callCtx, cancel := context.WithTimeout(ctx, a.Durations.SubscriptionCallTimeout)
@@ -452,6 +487,14 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	}
 	return out, err
 }
+
+// notOwnedError refuses a cancellation of a subscription that is not the
+// ticket's requester's: permanent, and nothing was sent.
+type notOwnedError string
+
+func (e notOwnedError) Error() string       { return string(e) }
+func (e notOwnedError) Permanent() bool     { return true }
+func (e notOwnedError) MayHaveLanded() bool { return false }
 
 // legOutcome names a failed leg attempt for the metrics.
 func legOutcome(err error) string {

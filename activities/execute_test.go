@@ -138,18 +138,42 @@ func TestPostReply_UnknownTicketIsRejectedWithTheError(t *testing.T) {
 func TestPostReply_WaitsOutALivePredecessorInsideTheAttempt(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
-	_, err := f.acts.Ledger.Reserve(context.Background(), ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, Legs: []supportflow.Leg{{Kind: supportflow.LegReply, Target: fmt.Sprint(ticket)}}, Claimant: "other", Lease: 700 * time.Millisecond})
+	ctx := context.Background()
+	const lease = time.Second
+	res, err := f.acts.Ledger.Reserve(ctx, ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, Legs: []supportflow.Leg{{Kind: supportflow.LegReply, Target: fmt.Sprint(ticket)}}, Claimant: "other", Lease: lease})
 	require.NoError(t, err)
+	// The predecessor stays alive (extending its lease, as its heartbeat
+	// does) for a while, then stops. However busy the machine, the attempt
+	// may claim only once the predecessor's lease has lapsed, so after
+	// stoppedAt: the check does not depend on how fast anything runs.
+	var stoppedAt time.Time
+	live := make(chan struct{})
+	go func() {
+		defer close(live)
+		until := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(until) {
+			won, err := f.acts.Ledger.ExtendLease(ctx, res.ID, "other", lease)
+			if err != nil || !won {
+				return
+			}
+			stoppedAt = time.Now()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
-	start := time.Now()
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
+	finished := time.Now()
 	require.NoError(t, err)
+	<-live
 	var r activities.PostReplyResult
 	require.NoError(t, v.Get(&r))
-	assert.GreaterOrEqual(t, time.Since(start), 600*time.Millisecond, "it waited for the lease")
+	require.False(t, stoppedAt.IsZero(), "the predecessor extended its lease")
+	assert.True(t, finished.After(stoppedAt), "it waited for the live predecessor (last extended %s before the post finished)", finished.Sub(stoppedAt))
 	assert.Equal(t, "posted", r.Source)
 	assert.Equal(t, 1, f.zd.TotalComments())
 	assert.Equal(t, 1, f.zd.Requests("GET", fmt.Sprintf("/api/v2/tickets/%d/audits", ticket)), "it looked for the predecessor's write first")
+	a := f.action(t, "p1:0")
+	assert.Equal(t, supportflow.StateApplied, a.State)
 }
 
 // A claimant whose claim is taken over while its Zendesk call is in flight

@@ -137,7 +137,7 @@ func measureApprove(ctx context.Context, s *stack, label string, concurrency, ea
 				id := fmt.Sprintf("%s-%d-%d-%d", label, began.UnixNano(), g, i)
 				p := supportflow.Proposal{ID: id, Actions: []supportflow.Action{{TicketID: ticket, Comment: &supportflow.Comment{Body: "Done.", Public: true}}}}
 				t0 := time.Now()
-				if _, err := s.starter.ExecuteProposal(ctx, p); err != nil {
+				if _, err := s.starter.ExecuteProposal(ctx, p, "bench"); err != nil {
 					errs <- err
 					return
 				}

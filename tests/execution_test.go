@@ -251,7 +251,7 @@ func TestExecution_BadInputStartsNothing(t *testing.T) {
 		"empty comment": {ID: "bad-2", Actions: []supportflow.Action{{TicketID: 1, Comment: &supportflow.Comment{Body: ""}}}},
 		"malformed id":  {ID: "bad:3", Actions: []supportflow.Action{reply(1, "x")}},
 	} {
-		_, err := s.starter.ExecuteProposal(ctx, p)
+		_, err := s.starter.ExecuteProposal(ctx, p, "tests")
 		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, name)
 		_, err = s.temporal.DescribeWorkflowExecution(ctx, supportflow.ExecuteWorkflowID(p.ID), "")
 		assert.Error(t, err, "%s: no workflow was started", name)

@@ -194,7 +194,7 @@ func newStack(t *testing.T) *stack {
 	// timer) is terminated, so a long-lived server carries nothing of this
 	// run into the next.
 	t.Cleanup(func() { s.terminateLeftovers() })
-	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger, Converter: dc}
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger, Approvals: s.ledger, Converter: dc}
 	t.Cleanup(func() {
 		s.stopWorker()
 		if t.Failed() {
@@ -351,7 +351,7 @@ func (s *stack) approve(p supportflow.Proposal) starter.Execution {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	e, err := s.starter.ExecuteProposal(ctx, p)
+	e, err := s.starter.ExecuteProposal(ctx, p, "tests")
 	require.NoError(s.t, err)
 	return e
 }

@@ -185,7 +185,7 @@ func TestIngestion_TransientFailureAsksZendeskToRetry(t *testing.T) {
 	pool, err := pgxpool.New(ctxT(t), u.String())
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	srv, err := api.New(api.Config{Tokens: []string{apiToken}, WebhookSecret: webhookSecret, ZendeskUserID: standin.ZendeskAgentID,
+	srv, err := api.New(api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, ZendeskUserID: standin.ZendeskAgentID,
 		WebhookRetryAfter: 2 * time.Second, RelayInterval: 200 * time.Millisecond},
 		s.starter, ledger.New(pool, s.ledger.Account()), pool, s.temporal, nil)
 	require.NoError(t, err)
@@ -414,7 +414,7 @@ func (a *apiProcess) restart() {
 		"SUPPORTFLOW_TASK_QUEUE="+a.s.taskQueue,
 		"SUPPORTFLOW_ACCOUNT="+a.s.ledger.Account(),
 		"SUPPORTFLOW_API_ADDR="+a.addr,
-		"SUPPORTFLOW_API_TOKENS="+apiToken,
+		"SUPPORTFLOW_API_TOKENS="+apiTokensEnv(),
 		"ZENDESK_WEBHOOK_SECRET="+webhookSecret,
 		fmt.Sprintf("ZENDESK_API_USER_ID=%d", standin.ZendeskAgentID),
 		"SUPPORTFLOW_WEBHOOK_RETRY_AFTER=1s",

@@ -1,8 +1,10 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -409,6 +411,46 @@ func heldBackOutcome(err error) string {
 	return ""
 }
 
+// versionOutcomeFromLedger marks the redraft's outcome written from what
+// the ledger recorded after the settle (cancelled, not cancelled, a
+// classified reason) instead of a back end's error text; an execution
+// whose reply may be on the ticket after all (unknown) is not redrafted.
+// Retire it with versionSettleFromReceivers.
+const versionOutcomeFromLedger = "draft-outcome-from-ledger"
+
+// heldBackOutcomeFromLedger describes an execution that ended
+// needs_attention with its reply held back, for the redraft's prompt:
+// only what the ledger says, in classified words. "" when the reply was
+// not held back (it may have landed: its outcome is unknown), so no
+// second answer is drafted.
+func heldBackOutcomeFromLedger(err error) string {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != supportflow.ErrTypeActionFailed || !app.HasDetails() {
+		return ""
+	}
+	var statuses []supportflow.ActionStatus
+	if app.Details(&statuses) != nil {
+		return ""
+	}
+	for _, st := range statuses {
+		if st.State != supportflow.StateNeedsAttention {
+			continue
+		}
+		if st.CommentID != 0 || slices.ContainsFunc(st.Unknown, func(u string) bool {
+			return !strings.HasPrefix(u, string(supportflow.LegCancelSubscription)+" ")
+		}) {
+			return ""
+		}
+		out := fmt.Sprintf("The previous approved reply was NOT sent: %s. Cancelled: %s. Not cancelled: %s.",
+			cmp.Or(st.Reason, "a cancellation could not be done"), listOrNone(st.Cancelled), listOrNone(st.NotCancelled))
+		if len(st.Unknown) > 0 {
+			out += " Not known yet whether these were cancelled: " + strings.Join(st.Unknown, ", ") + "."
+		}
+		return out + " Do not say anything was cancelled that is not listed as cancelled; tell the customer what was and was not done."
+	}
+	return ""
+}
+
 // versionStartChildFirst marks the change that starts the execution
 // before marking the proposal executing.
 const versionStartChildFirst = "draft-start-child-first"
@@ -458,7 +500,11 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		dr.markProposal(ctx, p.ID, supportflow.DraftFailed, "", dr.st.Error)
 		dr.setState(ctx, supportflow.DraftFailed)
 		dr.settle(ctx)
-		if outcome := heldBackOutcome(err); outcome != "" &&
+		outcome := heldBackOutcome(err)
+		if outcome != "" && workflow.GetVersion(ctx, versionOutcomeFromLedger, workflow.DefaultVersion, 1) == 1 {
+			outcome = heldBackOutcomeFromLedger(err)
+		}
+		if outcome != "" &&
 			workflow.GetVersion(ctx, versionRedraftAfterAttention, workflow.DefaultVersion, 1) == 1 {
 			// The reply was held back because a cancellation was refused:
 			// draft again, knowing it, so the customer is answered truthfully.

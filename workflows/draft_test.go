@@ -55,7 +55,7 @@ func newDraftWorldWith(t *testing.T, wf *workflows.Workflows) *draftWorld {
 func (w *draftWorld) seedTicket(body string, subs ...string) int64 {
 	id := w.h.Zendesk.AddTicket(standin.Ticket{Subject: "My plan", Description: body, RequesterName: "Ada"})
 	if len(subs) > 0 {
-		require.NoError(w.t, w.h.Ledger.PutEnrichment(context.Background(), id, ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
+		require.NoError(w.t, w.h.Ledger.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
 		for _, s := range subs {
 			w.h.Subscriptions.AddSubscription(s, "cust-1")
 		}

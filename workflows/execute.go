@@ -121,11 +121,22 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 	// Truthful order: cancellations first, the reply only after all of
 	// them succeeded. Histories from before post the reply first.
 	replyLast := workflow.GetVersion(ctx, versionReplyLast, workflow.DefaultVersion, 1) == 1
+	// What the execution says was done comes from the ledger after a
+	// settle that asked the receivers; histories from before settle from
+	// the ledger alone.
+	fromReceivers := workflow.GetVersion(ctx, versionSettleFromReceivers, workflow.DefaultVersion, 1) == 1
 
 	for i, act := range p.Actions {
 		st := &statuses[i]
 		st.State = supportflow.StateApplying
 		in := activities.ActionInput{Key: st.Key, Action: act, ReplyLast: replyLast}
+		if fromReceivers {
+			if err := w.executeAction(ctx, p.ID, i, in, statuses); err != nil {
+				w.markProposal(ctx, p.ID, supportflow.DraftFailed, st.Reason)
+				return statuses, err
+			}
+			continue
+		}
 		reply := func() error {
 			var r activities.PostReplyResult
 			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
@@ -206,6 +217,9 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		}
 		return statuses, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
+	}
+	if fromReceivers {
+		w.markProposal(ctx, p.ID, supportflow.DraftDone, "")
 	}
 	return statuses, nil
 }

@@ -5,13 +5,17 @@
 // RFC 9457 problem+json document that says what was wrong. A request that
 // is refused starts and writes nothing.
 //
-//	POST /tickets/{id}/drafts           start (or join) the ticket's draft: 202 + status URL
-//	GET  /tickets/{id}/draft            the draft's state, progress, proposal, error
-//	GET  /tickets/{id}/draft/events     Server-Sent Events of state and progress, until it settles
-//	POST /proposals/{id}/approve        approve the current proposal
-//	POST /proposals/{id}/reject         reject it
-//	POST /proposals/{id}/retry          run a failed approved proposal again (same keys)
-//	GET  /actions/{key}                 an action's ledger row
+// Each API token has a name and roles (Token); every route but the webhook,
+// the codec server and the health endpoints needs the role in brackets, and
+// a decision is recorded under the name of the token that made it.
+//
+//	POST /tickets/{id}/drafts           [app] start (or join) the ticket's draft: 202 + status URL
+//	GET  /tickets/{id}/draft            [app] the draft's state, progress, proposal, error
+//	GET  /tickets/{id}/draft/events     [app] Server-Sent Events of state and progress, until it settles
+//	POST /proposals/{id}/approve        [approver] approve the current proposal
+//	POST /proposals/{id}/reject         [approver] reject it
+//	POST /proposals/{id}/retry          [operator] run a failed approved proposal again (same keys)
+//	GET  /actions/{key}                 [app] an action's ledger row
 //	POST /webhooks/zendesk              Zendesk's ticket event webhooks (signed; see webhook)
 //	POST /codec/encode, /codec/decode   the codec server for the Web UI and the temporal CLI (codec tokens; see codec.go)
 //	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
@@ -29,6 +33,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,8 +51,9 @@ import (
 
 // Config holds the API's secrets and limits.
 type Config struct {
-	// Tokens are the accepted bearer tokens (at least one).
-	Tokens []string
+	// Tokens are the accepted bearer tokens with their names and roles
+	// (at least one; CheckTokens says what is accepted).
+	Tokens []Token
 	// WebhookSecret is Zendesk's webhook signing secret (required).
 	WebhookSecret string
 	// MaxSkew bounds how far a webhook's timestamp may be from now; 0
@@ -99,19 +105,21 @@ type Config struct {
 
 // Server serves the API. Build it with New.
 type Server struct {
-	cfg      Config
-	tokens   [][32]byte
-	starter  *starter.Starter
-	ledger   *ledger.Ledger
-	pool     *pgxpool.Pool
-	temporal client.Client
-	log      *slog.Logger
-	now      func() time.Time
-	mux      *http.ServeMux
-	closing  chan struct{}
-	close    sync.Once
-	ingest   *ingest.Store
-	relay    *ingest.Relay
+	cfg Config
+	// tokens[i] is the token whose secret sums to tokenSums[i].
+	tokens    []apiToken
+	tokenSums [][32]byte
+	starter   *starter.Starter
+	ledger    *ledger.Ledger
+	pool      *pgxpool.Pool
+	temporal  client.Client
+	log       *slog.Logger
+	now       func() time.Time
+	mux       *http.ServeMux
+	closing   chan struct{}
+	close     sync.Once
+	ingest    *ingest.Store
+	relay     *ingest.Relay
 
 	codecTokens [][32]byte
 }
@@ -181,10 +189,15 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	s.ingest = ingest.NewStore(pool, l, l.Account())
 	s.relay = ingest.NewRelay(s.ingest, st, logger)
 	s.relay.Interval = cfg.RelayInterval
-	var err error
-	if s.tokens, err = hashTokens("API", cfg.Tokens); err != nil {
-		return nil, err
+	if err := CheckTokens(cfg.Tokens); err != nil {
+		return nil, fmt.Errorf("%w: API tokens: %w", ErrConfig, err)
 	}
+	for _, t := range cfg.Tokens {
+		s.tokens = append(s.tokens, apiToken{name: t.Name, roles: slices.Clone(t.Roles)})
+		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t.Secret)))
+	}
+	s.cfg.Tokens = nil // the sums are all the server needs
+	var err error
 	if cfg.MaxCodecBody == 0 {
 		s.cfg.MaxCodecBody = 16 << 20
 	}
@@ -194,13 +207,9 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	if cfg.Codec != nil && len(s.codecTokens) > 0 {
 		s.mux.HandleFunc("/codec/{op}", s.codec)
 	}
-	s.mux.HandleFunc("POST /tickets/{id}/drafts", s.authed(s.startDraft))
-	s.mux.HandleFunc("GET /tickets/{id}/draft", s.authed(s.getDraft))
-	s.mux.HandleFunc("GET /tickets/{id}/draft/events", s.authed(s.draftEvents))
-	s.mux.HandleFunc("POST /proposals/{id}/approve", s.authed(s.approve))
-	s.mux.HandleFunc("POST /proposals/{id}/reject", s.authed(s.reject))
-	s.mux.HandleFunc("POST /proposals/{id}/retry", s.authed(s.retry))
-	s.mux.HandleFunc("GET /actions/{key}", s.authed(s.getAction))
+	for _, rt := range s.routes() {
+		s.mux.HandleFunc(rt.pattern, s.authed(rt.role, rt.handler))
+	}
 	s.mux.HandleFunc("POST /webhooks/zendesk", s.webhook)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -215,12 +224,23 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 // ServeHTTP serves a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// authed requires a valid bearer token.
-func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := bearer(w, r, s.tokens, "supportflow"); ok {
-			h(w, r)
-		}
+// route is an authenticated route and the role it needs.
+type route struct {
+	pattern string
+	role    Role
+	handler http.HandlerFunc
+}
+
+// routes are the routes a bearer token reaches, each with its role.
+func (s *Server) routes() []route {
+	return []route{
+		{"POST /tickets/{id}/drafts", RoleApp, s.startDraft},
+		{"GET /tickets/{id}/draft", RoleApp, s.getDraft},
+		{"GET /tickets/{id}/draft/events", RoleApp, s.draftEvents},
+		{"POST /proposals/{id}/approve", RoleApprover, s.approve},
+		{"POST /proposals/{id}/reject", RoleApprover, s.reject},
+		{"POST /proposals/{id}/retry", RoleOperator, s.retry},
+		{"GET /actions/{key}", RoleApp, s.getAction},
 	}
 }
 
@@ -237,28 +257,41 @@ func hashTokens(what string, tokens []string) ([][32]byte, error) {
 	return sums, nil
 }
 
-// bearer checks the request's bearer token against tokens (SHA-256 sums,
-// compared in constant time) and answers 401 when it is missing or not
-// one of them. It returns the token's fingerprint (the first 8 hex digits
-// of its sum) for logs.
+// bearer checks the request's bearer token against tokens (SHA-256 sums)
+// as matchBearer does, and returns the token's fingerprint (the first 8
+// hex digits of its sum) for logs.
 func bearer(w http.ResponseWriter, r *http.Request, tokens [][32]byte, realm string) (string, bool) {
+	i, ok := matchBearer(w, r, tokens, realm)
+	if !ok {
+		return "", false
+	}
+	return hex.EncodeToString(tokens[i][:4]), true
+}
+
+// matchBearer checks the request's bearer token against tokens (SHA-256
+// sums, each compared in constant time, so neither the answer's timing nor
+// which one matched tells a guesser anything) and answers 401 when it is
+// missing or not one of them. It returns the matching token's index.
+func matchBearer(w http.ResponseWriter, r *http.Request, tokens [][32]byte, realm string) (int, bool) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm=%q`, realm))
 		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "an Authorization: Bearer token is required")
-		return "", false
+		return 0, false
 	}
 	sum := sha256.Sum256([]byte(token))
-	match := 0
-	for _, t := range tokens {
-		match |= subtle.ConstantTimeCompare(sum[:], t[:])
+	match, index := 0, 0
+	for i, t := range tokens {
+		eq := subtle.ConstantTimeCompare(sum[:], t[:])
+		match |= eq
+		index = subtle.ConstantTimeSelect(eq, i, index)
 	}
 	if match != 1 {
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm=%q, error="invalid_token"`, realm))
 		problem(w, http.StatusUnauthorized, "unauthorized", "Unauthorized", "the bearer token is not valid")
-		return "", false
+		return 0, false
 	}
-	return hex.EncodeToString(sum[:4]), true
+	return index, true
 }
 
 // Problem is an RFC 9457 problem details document.

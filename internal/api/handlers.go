@@ -180,13 +180,39 @@ func writeEvent(w http.ResponseWriter, name string, v any) error {
 	return err
 }
 
+// approveBody is an approval's optional body. The approval is recorded
+// under the token's name; approved_by is the person in the calling app the
+// token approved on behalf of, kept beside it.
 type approveBody struct {
 	ApprovedBy string `json:"approved_by,omitempty"`
 }
 
+// rejectBody is a rejection's optional body; rejected_by is, as for
+// approveBody, on whose behalf the token rejected.
 type rejectBody struct {
 	RejectedBy string `json:"rejected_by,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+}
+
+// Approved answers POST /proposals/{id}/approve: the execution, and each
+// of its actions with the URL its ledger row (the outcome) is read at.
+type Approved struct {
+	supportflow.ApproveResult
+	Actions []ActionLink `json:"actions"`
+}
+
+// ActionLink names an action: its key ({proposalId}:{index}) and its
+// GET /actions/{key} URL.
+type ActionLink struct {
+	Key string `json:"key"`
+	URL string `json:"url"`
+}
+
+// proposalActions are a proposal's actions. A drafted proposal has one,
+// index 0: its cancellations, ticket update and reply are legs of it.
+func proposalActions(proposalID string) []ActionLink {
+	key := supportflow.ActionKey(proposalID, 0)
+	return []ActionLink{{Key: key, URL: "/actions/" + key}}
 }
 
 // proposal reads the {id} proposal, answering 400 for a malformed ID and
@@ -229,12 +255,14 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := s.starter.Approve(r.Context(), p.TicketID, supportflow.ApproveRequest{ProposalID: p.ID, ApprovedBy: text.Clip(body.ApprovedBy, 200)})
+	by := caller(r).name
+	res, err := s.starter.Approve(r.Context(), p.TicketID, supportflow.ApproveRequest{ProposalID: p.ID, ApprovedBy: by, OnBehalfOf: text.Clip(body.ApprovedBy, 200)})
 	if err != nil {
 		s.decisionError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	s.log.Info("proposal approved", "proposal_id", p.ID, "ticket_id", p.TicketID, "token", by, "already_approved", res.AlreadyApproved)
+	writeJSON(w, http.StatusOK, Approved{ApproveResult: res, Actions: proposalActions(p.ID)})
 }
 
 func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
@@ -246,11 +274,13 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: text.Clip(body.RejectedBy, 200), Reason: text.Clip(body.Reason, 2000)})
+	by := caller(r).name
+	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: by, OnBehalfOf: text.Clip(body.RejectedBy, 200), Reason: text.Clip(body.Reason, 2000)})
 	if err != nil {
 		s.decisionError(w, r, err)
 		return
 	}
+	s.log.Info("proposal rejected", "proposal_id", p.ID, "ticket_id", p.TicketID, "token", by)
 	writeJSON(w, http.StatusOK, map[string]string{"proposal_id": p.ID, "state": supportflow.DraftRejected})
 }
 
@@ -275,7 +305,8 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := s.starter.Retry(r.Context(), s.ledger, p.ID)
+	by := caller(r).name
+	e, err := s.starter.Retry(r.Context(), s.ledger, p.ID, by)
 	if err != nil {
 		if errors.Is(err, starter.ErrNotRetryable) || errors.Is(err, supportflow.ErrInvalidInput) {
 			problem(w, http.StatusConflict, "nothing-to-retry", "Nothing to retry", err.Error())
@@ -284,7 +315,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	s.log.Info("retrying a failed proposal", "proposal_id", p.ID, "workflow_id", e.WorkflowID, "joined", e.Joined)
+	s.log.Info("retrying a failed proposal", "proposal_id", p.ID, "token", by, "workflow_id", e.WorkflowID, "joined", e.Joined)
 	writeJSON(w, http.StatusAccepted, RetryStarted{ProposalID: p.ID, WorkflowID: e.WorkflowID, RunID: e.RunID, Joined: e.Joined,
 		ActionURL: "/actions/" + supportflow.ActionKey(p.ID, 0)})
 }

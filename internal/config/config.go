@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/policy"
 )
@@ -364,7 +365,8 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 // SUPPORTFLOW_LOG_LEVEL).
 var APIVars = []Var{
 	{Name: "SUPPORTFLOW_API_ADDR", Default: ":8080", Help: "address the HTTP API listens on"},
-	{Name: "SUPPORTFLOW_API_TOKENS", Help: "comma-separated bearer tokens the API accepts, each 16+ characters (needed by worker api)", Secret: true},
+	{Name: EnvAPITokens, Help: "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by worker api", Secret: true},
+	{Name: EnvAPITokensFile, Help: "file with the API tokens instead, one NAME:ROLE[+ROLE...]:TOKEN a line, # comments (a mounted secret)"},
 	{Name: "ZENDESK_WEBHOOK_SECRET", Help: "Zendesk webhook signing secret (needed by worker api)", Secret: true},
 	{Name: "ZENDESK_API_USER_ID", Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
 	{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Default: "10s", Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
@@ -381,7 +383,8 @@ type API struct {
 	TaskQueue         string
 	Account           string
 	Addr              string
-	Tokens            []string
+	// Tokens are the API's named bearer tokens with their roles.
+	Tokens            []api.Token
 	WebhookSecret     string
 	ZendeskUserID     int64
 	WebhookRetryAfter time.Duration
@@ -422,19 +425,16 @@ func LoadAPI() (API, error) {
 	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
 		c.MetricsAddr = ":9090"
 	}
-	c.Tokens = splitList(os.Getenv("SUPPORTFLOW_API_TOKENS"))
 	var errs []error
+	var err error
+	if c.Tokens, err = APITokens(os.Getenv); err != nil {
+		errs = append(errs, err)
+	}
 	if c.DatabaseURL == "" {
 		errs = append(errs, fmt.Errorf("%w: DATABASE_URL is required", ErrConfig))
 	}
 	if c.Account == "" {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_ACCOUNT (or ZENDESK_SUBDOMAIN/ZENDESK_URL) is required to name the ledger's account", ErrConfig))
-	}
-	if len(c.Tokens) == 0 {
-		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_API_TOKENS is required", ErrConfig))
-	}
-	if err := shortToken("SUPPORTFLOW_API_TOKENS", c.Tokens); err != nil {
-		errs = append(errs, err)
 	}
 	if c.WebhookSecret == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_WEBHOOK_SECRET is required", ErrConfig))
@@ -446,7 +446,6 @@ func LoadAPI() (API, error) {
 	} else {
 		c.ZendeskUserID = id
 	}
-	var err error
 	if c.WebhookRetryAfter, err = time.ParseDuration(get("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", "10s")); err != nil ||
 		c.WebhookRetryAfter < time.Second || c.WebhookRetryAfter >= time.Minute {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_WEBHOOK_RETRY_AFTER must be a duration of 1-59 s", ErrConfig))
@@ -468,6 +467,70 @@ func LoadAPI() (API, error) {
 		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// The API tokens' variables.
+const (
+	EnvAPITokens     = "SUPPORTFLOW_API_TOKENS"
+	EnvAPITokensFile = "SUPPORTFLOW_API_TOKENS_FILE"
+)
+
+// APITokens reads the API's tokens from SUPPORTFLOW_API_TOKENS
+// (comma-separated) or the file SUPPORTFLOW_API_TOKENS_FILE names (one a
+// line; blank lines and lines starting with # are skipped), each
+// NAME:ROLE[+ROLE...]:TOKEN (api.ParseToken). Neither set, both set, an
+// unreadable file, a malformed entry, a name or token used twice: an error
+// naming the variable and the entry (its position, and its name once it
+// parsed), never a token.
+func APITokens(getenv func(string) string) ([]api.Token, error) {
+	inline, file := strings.TrimSpace(getenv(EnvAPITokens)), strings.TrimSpace(getenv(EnvAPITokensFile))
+	type entry struct{ where, text string }
+	var entries []entry
+	var source string
+	switch {
+	case inline != "" && file != "":
+		return nil, fmt.Errorf("%w: set %s or %s, not both", ErrConfig, EnvAPITokens, EnvAPITokensFile)
+	case inline != "":
+		source = EnvAPITokens
+		for i, e := range splitList(inline) {
+			entries = append(entries, entry{fmt.Sprintf("entry %d", i+1), e})
+		}
+	case file != "":
+		source = EnvAPITokensFile + " (" + file + ")"
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrConfig, EnvAPITokensFile, err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				entries = append(entries, entry{fmt.Sprintf("line %d", i+1), line})
+			}
+		}
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s (or %s) is required: comma-separated %s, e.g. helpdesk-app:app:$(openssl rand -hex 24)",
+			ErrConfig, EnvAPITokens, EnvAPITokensFile, api.TokenFormat)
+	}
+	var tokens []api.Token
+	var errs []error
+	for _, e := range entries {
+		t, err := api.ParseToken(e.text)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s %s: %w", ErrConfig, source, e.where, err))
+			continue
+		}
+		tokens = append(tokens, t)
+	}
+	if len(errs) == 0 {
+		// Each entry parsed: what is left is a name or token used twice.
+		if err := api.CheckTokens(tokens); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, source, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return tokens, nil
 }
 
 // shortToken refuses a list of bearer tokens (the variable name) with one

@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -52,7 +55,7 @@ func TestLoadWorker_Defaults(t *testing.T) {
 // missing or malformed key by the variable's name, never showing a key.
 func TestLoad_RequiresPayloadKeys(t *testing.T) {
 	setAll(t)
-	t.Setenv("SUPPORTFLOW_API_TOKENS", "a-token-of-sixteen-chars")
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "helpdesk:app:a-token-of-sixteen-chars")
 	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
 	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
 	for _, tc := range []struct{ keys, want string }{
@@ -150,14 +153,17 @@ func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
 	_, err = LoadAPI()
 	assert.ErrorContains(t, err, "ZENDESK_API_USER_ID must be a positive integer")
 
-	t.Setenv("SUPPORTFLOW_API_TOKENS", "a-token-of-sixteen-chars, another-token-0123456")
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "helpdesk:app:a-token-of-sixteen-chars, alice:approver+operator:another-token-0123456")
 	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
 	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
 	c, err := LoadAPI()
 	require.NoError(t, err)
 	assert.Equal(t, int64(900000000001), c.ZendeskUserID)
 	assert.Equal(t, 10*time.Second, c.WebhookRetryAfter, "Zendesk retries a 503 whose Retry-After is under 60 s")
-	assert.Equal(t, []string{"a-token-of-sixteen-chars", "another-token-0123456"}, c.Tokens)
+	assert.Equal(t, []api.Token{
+		{Name: "helpdesk", Roles: []api.Role{api.RoleApp}, Secret: "a-token-of-sixteen-chars"},
+		{Name: "alice", Roles: []api.Role{api.RoleApprover, api.RoleOperator}, Secret: "another-token-0123456"},
+	}, c.Tokens)
 	assert.Equal(t, "acme", c.Account, "the same account as the worker derives")
 	assert.Equal(t, ":8080", c.Addr)
 	assert.Empty(t, c.CodecTokens, "no codec server unless tokens are given")
@@ -175,6 +181,84 @@ func TestLoadAPI_RequiresTokensAndSecretByName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"codec-token-0123456789"}, c.CodecTokens)
 	assert.Equal(t, []string{"https://temporal.acme.test", "http://localhost:8233"}, c.CodecOrigins)
+}
+
+// The API's tokens are NAME:ROLE[+ROLE...]:TOKEN, inline or one a line in
+// a file. Every malformed entry stops the start with the variable's name
+// and the entry's position (and its name once it parsed), never a token.
+func TestAPITokens_FormatAndEveryBadInput(t *testing.T) {
+	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+	const secret = "s3cret-0123456789abcdef"
+	const other = "other-0123456789abcdef"
+
+	got, err := APITokens(env(map[string]string{EnvAPITokens: "helpdesk-app:app:" + secret + " , alice.b_2:approver+operator+approver:" + other + ",ops:operator:with:colons-0123456789"}))
+	require.NoError(t, err)
+	assert.Equal(t, []api.Token{
+		{Name: "helpdesk-app", Roles: []api.Role{api.RoleApp}, Secret: secret},
+		{Name: "alice.b_2", Roles: []api.Role{api.RoleApprover, api.RoleOperator}, Secret: other},
+		{Name: "ops", Roles: []api.Role{api.RoleOperator}, Secret: "with:colons-0123456789"},
+	}, got, "a repeated role counts once; a token may contain ':'")
+	assert.NotContains(t, got[0].String(), secret, "a token printed by mistake shows its name, not its secret")
+
+	file := filepath.Join(t.TempDir(), "api-tokens")
+	require.NoError(t, os.WriteFile(file, []byte("# the helpdesk\nhelpdesk-app:app:"+secret+"\n\n  # people\nalice:approver:"+other+"\n"), 0o600))
+	got, err = APITokens(env(map[string]string{EnvAPITokensFile: file}))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"helpdesk-app", "alice"}, []string{got[0].Name, got[1].Name})
+
+	long := strings.Repeat("n", 65)
+	for _, tc := range []struct {
+		name     string
+		vars     map[string]string
+		want     []string
+		notShown string
+	}{
+		{"nothing set", map[string]string{}, []string{"SUPPORTFLOW_API_TOKENS (or SUPPORTFLOW_API_TOKENS_FILE) is required", "NAME:ROLE"}, ""},
+		{"only separators", map[string]string{EnvAPITokens: " , ,"}, []string{"is required"}, ""},
+		{"both set", map[string]string{EnvAPITokens: "a:app:" + secret, EnvAPITokensFile: file}, []string{"not both"}, secret},
+		{"an unreadable file", map[string]string{EnvAPITokensFile: file + ".missing"}, []string{"SUPPORTFLOW_API_TOKENS_FILE"}, ""},
+		{"a bare token from before roles", map[string]string{EnvAPITokens: "a:app:" + other + "," + secret},
+			[]string{"SUPPORTFLOW_API_TOKENS entry 2: not NAME:ROLE[+ROLE...]:TOKEN", "helpdesk-app:app:TOKEN", "app+approver+operator"}, secret},
+		{"a name but no role", map[string]string{EnvAPITokens: "alice:" + secret}, []string{"entry 1: not NAME:ROLE"}, secret},
+		{"an empty name", map[string]string{EnvAPITokens: ":app:" + secret}, []string{"entry 1: the name must be 1-64"}, secret},
+		{"a name too long", map[string]string{EnvAPITokens: long + ":app:" + secret}, []string{"entry 1: the name must be 1-64"}, long},
+		{"a name with a space", map[string]string{EnvAPITokens: "al ice:app:" + secret}, []string{"entry 1: the name"}, secret},
+		{"a name with a slash", map[string]string{EnvAPITokens: "a/b:app:" + secret}, []string{"entry 1: the name"}, secret},
+		{"an unknown role", map[string]string{EnvAPITokens: "a:app:" + other + ",bob:admin:" + secret}, []string{"entry 2: a role is empty or unknown", "app+approver+operator"}, secret},
+		{"a misspelt role among others", map[string]string{EnvAPITokens: "bob:app+aprover:" + secret}, []string{"entry 1: a role is empty or unknown"}, secret},
+		{"an empty role", map[string]string{EnvAPITokens: "bob::" + secret}, []string{"entry 1: a role is empty or unknown"}, secret},
+		{"a trailing +", map[string]string{EnvAPITokens: "bob:app+:" + secret}, []string{"entry 1: a role is empty or unknown"}, secret},
+		{"an upper-case role", map[string]string{EnvAPITokens: "bob:App:" + secret}, []string{"entry 1: a role is empty or unknown"}, secret},
+		{"a token under 16 characters", map[string]string{EnvAPITokens: "a:app:" + secret + ",bob:app:short-0123"},
+			[]string{`entry 2: the token of "bob" must be at least 16 characters`}, "short-0123"},
+		{"an empty token", map[string]string{EnvAPITokens: "bob:app:"}, []string{`entry 1: the token of "bob" must be at least 16`}, ""},
+		{"a token with white space", map[string]string{EnvAPITokensFile: writeTokens(t, "bob:app:two words 0123456789\n")},
+			[]string{`line 1: the token of "bob" contains white space`}, "two words"},
+		{"a duplicate name", map[string]string{EnvAPITokens: "bob:app:" + secret + ",bob:approver:" + other}, []string{`two tokens are named "bob"`}, secret},
+		{"a duplicate token", map[string]string{EnvAPITokens: "bob:app:" + secret + ",carol:approver:" + secret}, []string{`tokens "bob" and "carol" have the same token`}, secret},
+		{"a bad line in the file", map[string]string{EnvAPITokensFile: writeTokens(t, "# ok\nbob:app:"+secret+"\n"+secret+"\n")},
+			[]string{"SUPPORTFLOW_API_TOKENS_FILE (", "line 3: not NAME:ROLE"}, secret},
+		{"every bad entry at once", map[string]string{EnvAPITokens: "bob:nope:" + secret + ",carol:app:short"}, []string{"entry 1: a role", `entry 2: the token of "carol"`}, secret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := APITokens(env(tc.vars))
+			require.ErrorIs(t, err, ErrConfig)
+			for _, w := range tc.want {
+				assert.ErrorContains(t, err, w)
+			}
+			assert.Contains(t, err.Error(), "SUPPORTFLOW_API_TOKENS", "the variable is named")
+			if tc.notShown != "" {
+				assert.NotContains(t, err.Error(), tc.notShown, "a token is never echoed")
+			}
+		})
+	}
+}
+
+func writeTokens(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "api-tokens")
+	require.NoError(t, os.WriteFile(f, []byte(content), 0o600))
+	return f
 }
 
 // The reply's ticket update comes from two variables; anything Zendesk

@@ -43,7 +43,7 @@ var hostEnv = map[string]string{
 	"MODEL_API_KEY":            "host-model-key",
 	"BIGQUERY_PROJECT":         "host-analytics",
 	"BIGQUERY_DATASET":         "host_commerce",
-	"SUPPORTFLOW_API_TOKENS":   "host-api-token-0123456789",
+	"SUPPORTFLOW_API_TOKENS":   "host-app:app:host-api-token-0123456789,host-approver:approver:host-approver-token-0123456789",
 	"ZENDESK_WEBHOOK_SECRET":   "host-webhook-secret",
 	"ZENDESK_API_USER_ID":      "900000000001",
 }

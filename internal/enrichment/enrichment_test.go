@@ -87,12 +87,13 @@ func TestLookup_BytesBilledAndJobIDRoundTripExactly(t *testing.T) {
 	require.Len(t, runs, 1)
 	assert.Equal(t, int64(2_500_000_000), runs[0].BytesBilled)
 	assert.Equal(t, "proj:US.job_0Ab", runs[0].JobID)
-	var orders int64
+	var orders, storedRequester int64
 	var subs []string
 	require.NoError(t, f.pool.QueryRow(context.Background(),
-		`SELECT lifetime_orders, active_subscriptions FROM ticket_enrichment WHERE ticket_id = 7`).Scan(&orders, &subs))
+		`SELECT lifetime_orders, active_subscriptions, requester_id FROM ticket_enrichment WHERE ticket_id = 7`).Scan(&orders, &subs, &storedRequester))
 	assert.Equal(t, int64(3), orders)
 	assert.Equal(t, []string{"s-1", "s-2"}, subs)
+	assert.Equal(t, requester, storedRequester, "the projection belongs to the requester looked up")
 
 	sql, params := f.bq.LastQuery()
 	assert.Contains(t, sql, "@requester_id", "the query is parameterized")

@@ -114,7 +114,10 @@ FROM lookup_log WHERE account = $1 AND ticket_id = $2 ORDER BY id`, s.account, t
 // Record writes a lookup's result in one transaction: the run (what
 // BigQuery ran and billed), the projection when the customer was found,
 // and the resolution of a dead letter the ticket may have. It returns the
-// run's ID.
+// run's ID. The projection records requesterID, the requester looked up:
+// readers take a ticket's enrichment only for its current requester
+// (ledger.GetEnrichment), so a lookup that finds nothing for a new
+// requester leaves the previous requester's row unread.
 func (s *Store) Record(ctx context.Context, ticketID, requesterID int64, r bqlookup.Result) (int64, error) {
 	var runID int64
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -130,13 +133,14 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
 				subs = []string{}
 			}
 			if _, err := tx.Exec(ctx, `
-INSERT INTO ticket_enrichment (account, ticket_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at, run_id)
-VALUES ($1, $2, $3, $4, $5, $6, now(), $7)
+INSERT INTO ticket_enrichment (account, ticket_id, requester_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at, run_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8)
 ON CONFLICT (account, ticket_id) DO UPDATE
-SET customer_id = excluded.customer_id, customer_email = excluded.customer_email,
+SET requester_id = excluded.requester_id,
+    customer_id = excluded.customer_id, customer_email = excluded.customer_email,
     lifetime_orders = excluded.lifetime_orders, active_subscriptions = excluded.active_subscriptions,
     looked_up_at = excluded.looked_up_at, run_id = excluded.run_id`,
-				s.account, ticketID, r.Customer.CustomerID, r.Customer.Email, r.Customer.LifetimeOrders, subs, runID); err != nil {
+				s.account, ticketID, requesterID, r.Customer.CustomerID, r.Customer.Email, r.Customer.LifetimeOrders, subs, runID); err != nil {
 				return err
 			}
 		}

@@ -54,6 +54,12 @@ type Durations struct {
 	// ProposalExpiry is how long a proposal may wait for approval before
 	// the draft ends expired. Default 72 h.
 	ProposalExpiry time.Duration
+	// UnresolvedLegBound is how long an execution that gave up keeps
+	// trying to learn from a receiver whether a leg whose answer was lost
+	// landed, before the action ends needs_attention with the leg still
+	// unknown (supportflow_legs_unresolved_total counts it, and an ERROR
+	// log line names it). Default 24 h.
+	UnresolvedLegBound time.Duration
 	// ScanInterval is how often the schedule runs ScanTickets. Default 5 min.
 	ScanInterval time.Duration
 	// EnrichNewTicketDelay is how long after a new ticket its lookup waits
@@ -88,6 +94,7 @@ func Defaults() Durations {
 		RetryCap:                300 * time.Second,
 		ModelAttemptTimeout:     300 * time.Second,
 		ProposalExpiry:          72 * time.Hour,
+		UnresolvedLegBound:      24 * time.Hour,
 		ScanInterval:            5 * time.Minute,
 		EnrichNewTicketDelay:    10 * time.Minute,
 		EnrichUpdateDelay:       2 * time.Minute,
@@ -111,6 +118,7 @@ func (d Durations) Fill() Durations {
 		RetryCap:                cmp.Or(d.RetryCap, def.RetryCap),
 		ModelAttemptTimeout:     cmp.Or(d.ModelAttemptTimeout, def.ModelAttemptTimeout),
 		ProposalExpiry:          cmp.Or(d.ProposalExpiry, def.ProposalExpiry),
+		UnresolvedLegBound:      cmp.Or(d.UnresolvedLegBound, def.UnresolvedLegBound),
 		ScanInterval:            cmp.Or(d.ScanInterval, def.ScanInterval),
 		EnrichNewTicketDelay:    cmp.Or(d.EnrichNewTicketDelay, def.EnrichNewTicketDelay),
 		EnrichUpdateDelay:       cmp.Or(d.EnrichUpdateDelay, def.EnrichUpdateDelay),
@@ -137,6 +145,7 @@ func (d Durations) Validate() error {
 		"lease": d.Lease, "Zendesk call timeout": d.ZendeskCallTimeout,
 		"subscription call timeout": d.SubscriptionCallTimeout, "retry base": d.RetryBase, "retry cap": d.RetryCap,
 		"model attempt timeout": d.ModelAttemptTimeout, "proposal expiry": d.ProposalExpiry, "scan interval": d.ScanInterval,
+		"unresolved leg bound":        d.UnresolvedLegBound,
 		"new-ticket enrichment delay": d.EnrichNewTicketDelay, "update enrichment delay": d.EnrichUpdateDelay,
 		"lookup attempt timeout": d.LookupAttemptTimeout, "retention": d.Retention,
 		"reconcile interval": d.ReconcileInterval,
@@ -172,6 +181,7 @@ var Env = []struct {
 	{"SUPPORTFLOW_RETRY_CAP", "largest retry delay", 300 * time.Second, func(d *Durations) *time.Duration { return &d.RetryCap }},
 	{"SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT", "deadline of one model attempt (streaming a draft)", 300 * time.Second, func(d *Durations) *time.Duration { return &d.ModelAttemptTimeout }},
 	{"SUPPORTFLOW_PROPOSAL_EXPIRY", "how long a proposal waits for approval before it expires", 72 * time.Hour, func(d *Durations) *time.Duration { return &d.ProposalExpiry }},
+	{"SUPPORTFLOW_UNRESOLVED_LEG_BOUND", "how long a settle keeps trying to learn whether a leg with a lost answer landed before the action ends needs_attention", 24 * time.Hour, func(d *Durations) *time.Duration { return &d.UnresolvedLegBound }},
 	{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "wait after a new ticket before its BigQuery lookup (replication lag)", 10 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichNewTicketDelay }},
 	{"SUPPORTFLOW_ENRICH_UPDATE_DELAY", "wait after a ticket's latest update before its lookup", 2 * time.Minute, func(d *Durations) *time.Duration { return &d.EnrichUpdateDelay }},
 	{"SUPPORTFLOW_LOOKUP_ATTEMPT_TIMEOUT", "deadline of one BigQuery lookup attempt", 120 * time.Second, func(d *Durations) *time.Duration { return &d.LookupAttemptTimeout }},

@@ -622,7 +622,9 @@ type draftContext struct {
 	Subject       string `json:"subject"`
 	RequesterName string `json:"requester_name"`
 	Comments      []struct {
-		Author string `json:"author"` // "customer" or "agent"
+		// Author is the comment's role: "requester", "end_user",
+		// "agent" or "supportflow" ("customer" in older prompts).
+		Author string `json:"author"`
 		Body   string `json:"body"`
 	} `json:"comments"`
 	ActiveSubscriptions []string `json:"active_subscriptions"`
@@ -636,7 +638,8 @@ type draftAnswer struct {
 
 // defaultModelAnswer is the deterministic answer described in the package
 // doc: a greeting, and a cancellation of every active subscription when the
-// customer's last comment asks to cancel.
+// requester's last comment asks to cancel. Another end user's comment (a
+// CC) never counts: only the requester may ask for their own cancellation.
 func defaultModelAnswer(req ChatRequest) string {
 	var dc draftContext
 	for i := len(req.Messages) - 1; i >= 0; i-- {
@@ -659,7 +662,7 @@ func defaultModelAnswer(req ChatRequest) string {
 
 	var lastCustomer string
 	for i := len(dc.Comments) - 1; i >= 0; i-- {
-		if strings.EqualFold(dc.Comments[i].Author, "customer") {
+		if a := dc.Comments[i].Author; strings.EqualFold(a, "requester") || strings.EqualFold(a, "customer") {
 			lastCustomer = dc.Comments[i].Body
 			break
 		}

@@ -21,14 +21,17 @@
 //     answer is 401 {"error":"unauthorized","message":"..."}.
 //   - POST /v1/subscriptions/{id}/cancel cancels an active subscription and
 //     answers 200 {"id":"...","status":"cancelled","cancelled_at":"<RFC 3339>"}.
-//     An Idempotency-Key header may be sent; it is recorded but not honoured:
-//     the service does not deduplicate. A subscription that is already
-//     cancelled answers 409 {"error":"already_cancelled","message":"...",
-//     "cancelled_at":"<RFC 3339>"}; an unknown one answers 404
-//     {"error":"not_found","message":"..."}.
+//     A subscription that is already cancelled answers 409
+//     {"error":"already_cancelled","message":"...","cancelled_at":"<RFC 3339>"};
+//     an unknown one answers 404 {"error":"not_found","message":"..."}.
+//     supportflow requires the service to deduplicate on the Idempotency-Key
+//     header: a cancel whose key that subscription's cancel already answered
+//     gets the first answer again (status and body) and has no second
+//     effect. Without the header every request is handled afresh.
 //   - GET /v1/subscriptions/{id} answers 200 {"id":"...","customer_id":"...",
-//     "status":"active"|"cancelled","cancelled_at":"..." (when cancelled)}
-//     or 404.
+//     "plan":"..." (when it has one),"status":"active"|"cancelled",
+//     "cancelled_at":"..." (when cancelled)} or 404. supportflow reads it to
+//     learn whether a cancel landed and whose the subscription is.
 //   - Other errors use the same {"error":"<code>","message":"..."} shape,
 //     and 429 and 503 may carry Retry-After.
 //
@@ -47,11 +50,12 @@
 //
 // Its default answer is deterministic. It reads the last user message as
 // the drafting code's JSON document ({"subject", "requester_name",
-// "comments": [{"author": "customer"|"agent", "body"}],
+// "comments": [{"author": "requester"|"end_user"|"agent"|"supportflow", "body"}],
 // "active_subscriptions"}) and answers {"reply": "...",
 // "cancel_subscriptions": [...]}: a greeting by name, and a cancellation of
-// every active subscription when the customer's last comment mentions
-// "cancel". SetResponder replaces the answer. ModelFault injects what
+// every active subscription when the requester's last comment mentions
+// "cancel" (an author of "customer", the older label, counts as the
+// requester). SetResponder replaces the answer. ModelFault injects what
 // models do wrong: error statuses, slowness, slow or silent streams, and
 // answers that are not JSON.
 //

@@ -2,6 +2,7 @@ package standin
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,11 +24,23 @@ const subscriptionsPrefix = "/v1/subscriptions/"
 // subscription is the stand-in's state for one subscription.
 type subscription struct {
 	customerID    string
+	plan          string
 	status        string
 	cancelledAt   time.Time
 	cancellations int      // successful active→cancelled transitions
 	cancelCalls   int      // every cancel request received
 	keys          []string // Idempotency-Key of every cancel request that had one
+	// answered holds, by Idempotency-Key, the answer of the first cancel
+	// request with that key that the service handled; a later request
+	// with the key gets it again and changes nothing.
+	answered map[string]storedAnswer
+	replays  int // cancel requests answered from answered
+}
+
+// storedAnswer is a cancel request's answer, kept for its key's repeats.
+type storedAnswer struct {
+	status int
+	body   []byte
 }
 
 // Subscriptions is an http.Handler that stands in for supportflow's
@@ -76,12 +89,19 @@ func (s *Subscriptions) Requests(method, pathPrefix string) int {
 	return s.log.count(method, pathPrefix)
 }
 
-// AddSubscription seeds an active subscription. Seeding an existing ID
-// resets it to active with no recorded calls.
+// AddSubscription seeds an active subscription of customerID without a
+// plan. Seeding an existing ID resets it to active with no recorded calls
+// and no remembered Idempotency-Keys.
 func (s *Subscriptions) AddSubscription(id, customerID string) {
+	s.AddSubscriptionWithPlan(id, customerID, "")
+}
+
+// AddSubscriptionWithPlan seeds an active subscription of customerID on
+// plan ("" for none, which GET leaves out), as AddSubscription does.
+func (s *Subscriptions) AddSubscriptionWithPlan(id, customerID, plan string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subs[id] = &subscription{customerID: customerID, status: SubscriptionActive}
+	s.subs[id] = &subscription{customerID: customerID, plan: plan, status: SubscriptionActive, answered: map[string]storedAnswer{}}
 	delete(s.unknownCalls, id)
 }
 
@@ -107,7 +127,8 @@ func (s *Subscriptions) Cancellations(id string) int {
 }
 
 // CancelCalls returns how many cancel requests were received for the
-// subscription, including rejected, conflicting and faulted ones.
+// subscription, including rejected, conflicting, faulted and repeated
+// (IdempotentReplays) ones.
 func (s *Subscriptions) CancelCalls(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -118,8 +139,8 @@ func (s *Subscriptions) CancelCalls(id string) int {
 }
 
 // IdempotencyKeys returns the Idempotency-Key header of every cancel request
-// for the subscription that carried one, in arrival order. The service
-// records the keys but does not deduplicate on them.
+// for the subscription that carried one, in arrival order, repeats
+// included.
 func (s *Subscriptions) IdempotencyKeys(id string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,6 +148,18 @@ func (s *Subscriptions) IdempotencyKeys(id string) []string {
 		return slices.Clone(sub.keys)
 	}
 	return nil
+}
+
+// IdempotentReplays returns how many cancel requests for the subscription
+// were answered with an earlier request's stored answer (a repeated
+// Idempotency-Key), and so had no effect.
+func (s *Subscriptions) IdempotentReplays(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sub, ok := s.subs[id]; ok {
+		return sub.replays
+	}
+	return 0
 }
 
 // ServeHTTP implements http.Handler.
@@ -189,12 +222,22 @@ func (s *Subscriptions) serveAuthenticated(w http.ResponseWriter, r *http.Reques
 type subscriptionJSON struct {
 	ID          string `json:"id"`
 	CustomerID  string `json:"customer_id,omitempty"`
+	Plan        string `json:"plan,omitempty"`
 	Status      string `json:"status"`
 	CancelledAt string `json:"cancelled_at,omitempty"`
 }
 
+// cancel cancels an active subscription. A request whose Idempotency-Key
+// this subscription's cancel already answered gets that answer again
+// (status and body), with no second effect, the way Stripe's idempotent
+// requests behave (https://docs.stripe.com/api/idempotent_requests): so a
+// caller whose answer was lost learns what its own first request did. The
+// key is scoped to the subscription, and only requests the service handled
+// are remembered: one refused before it (401, an injected fault) has
+// changed nothing, so its key stays unused.
 func (s *Subscriptions) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, ok := s.subs[id]
@@ -202,22 +245,48 @@ func (s *Subscriptions) cancel(w http.ResponseWriter, r *http.Request) {
 		writeSubsError(w, http.StatusNotFound, "not_found", fmt.Sprintf("subscription %q not found", id))
 		return
 	}
+	if stored, seen := sub.answered[key]; seen && key != "" {
+		sub.replays++
+		writeRaw(w, stored)
+		return
+	}
+	var answer storedAnswer
 	if sub.status == SubscriptionCancelled {
-		writeJSON(w, http.StatusConflict, subsError{
+		answer = encodeAnswer(http.StatusConflict, subsError{
 			Error:       "already_cancelled",
 			Message:     fmt.Sprintf("subscription %q is already cancelled", id),
 			CancelledAt: sub.cancelledAt.UTC().Format(time.RFC3339),
 		})
-		return
+	} else {
+		sub.status = SubscriptionCancelled
+		sub.cancelledAt = time.Now()
+		sub.cancellations++
+		answer = encodeAnswer(http.StatusOK, subscriptionJSON{
+			ID:          id,
+			Status:      SubscriptionCancelled,
+			CancelledAt: sub.cancelledAt.UTC().Format(time.RFC3339),
+		})
 	}
-	sub.status = SubscriptionCancelled
-	sub.cancelledAt = time.Now()
-	sub.cancellations++
-	writeJSON(w, http.StatusOK, subscriptionJSON{
-		ID:          id,
-		Status:      SubscriptionCancelled,
-		CancelledAt: sub.cancelledAt.UTC().Format(time.RFC3339),
-	})
+	if key != "" {
+		sub.answered[key] = answer
+	}
+	writeRaw(w, answer)
+}
+
+// encodeAnswer renders a JSON answer so it can be stored and sent again
+// byte for byte.
+func encodeAnswer(status int, v any) storedAnswer {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic("standin: encode answer: " + err.Error()) // our own types: a bug
+	}
+	return storedAnswer{status: status, body: body}
+}
+
+func writeRaw(w http.ResponseWriter, a storedAnswer) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 }
 
 func (s *Subscriptions) show(w http.ResponseWriter, r *http.Request) {
@@ -229,7 +298,7 @@ func (s *Subscriptions) show(w http.ResponseWriter, r *http.Request) {
 		writeSubsError(w, http.StatusNotFound, "not_found", fmt.Sprintf("subscription %q not found", id))
 		return
 	}
-	out := subscriptionJSON{ID: id, CustomerID: sub.customerID, Status: sub.status}
+	out := subscriptionJSON{ID: id, CustomerID: sub.customerID, Plan: sub.plan, Status: sub.status}
 	if sub.status == SubscriptionCancelled {
 		out.CancelledAt = sub.cancelledAt.UTC().Format(time.RFC3339)
 	}

@@ -2,6 +2,7 @@ package standin
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -58,8 +59,8 @@ func TestSubscriptionsCancelAndShow(t *testing.T) {
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), cancelledAt, time.Minute)
 
-	// The service does not deduplicate: the same key conflicts.
-	status, body, _ = subsCall(t, srv, http.MethodPost, "/v1/subscriptions/sub_1/cancel", testSubsToken, "key-1")
+	// Another key conflicts.
+	status, body, _ = subsCall(t, srv, http.MethodPost, "/v1/subscriptions/sub_1/cancel", testSubsToken, "key-2")
 	assert.Equal(t, http.StatusConflict, status)
 	assert.Equal(t, "already_cancelled", body["error"])
 	assert.NotEmpty(t, body["message"])
@@ -73,7 +74,7 @@ func TestSubscriptionsCancelAndShow(t *testing.T) {
 	assert.Equal(t, SubscriptionCancelled, s.Status("sub_1"))
 	assert.Equal(t, 1, s.Cancellations("sub_1"))
 	assert.Equal(t, 2, s.CancelCalls("sub_1"))
-	assert.Equal(t, []string{"key-1", "key-1"}, s.IdempotencyKeys("sub_1"))
+	assert.Equal(t, []string{"key-1", "key-2"}, s.IdempotencyKeys("sub_1"))
 	assert.Equal(t, 2, s.Requests(http.MethodGet, "/v1/subscriptions/"))
 	assert.Equal(t, 4, s.Requests("", "/v1/"))
 }
@@ -178,4 +179,74 @@ func TestFaultMatchesPath(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, tc.fault.matches(req), "%+v", tc.fault)
 	}
+}
+
+// A cancel whose Idempotency-Key the subscription's cancel already
+// answered gets that answer again, status and body, with no second effect;
+// another key, or none, is handled afresh; a key is the subscription's own;
+// a request refused before the service handled it (an injected 503) leaves
+// its key unused. The counters stay truthful: every call and key counted,
+// one cancellation, the repeats counted as replays.
+func TestSubscriptionsCancelDeduplicatesOnIdempotencyKey(t *testing.T) {
+	s, srv := newSubsEnv(t)
+	s.AddSubscription("sub_2", "cus_1")
+	raw := func(path, key string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+testSubsToken)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, err = io.Copy(&b, resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, b.String()
+	}
+
+	s.Inject(Fault{Method: http.MethodPost, Path: "/v1/subscriptions/sub_1/cancel", Status: http.StatusServiceUnavailable})
+	status, _ := raw("/v1/subscriptions/sub_1/cancel", "k-1")
+	require.Equal(t, http.StatusServiceUnavailable, status)
+
+	status, first := raw("/v1/subscriptions/sub_1/cancel", "k-1")
+	require.Equal(t, http.StatusOK, status, "the faulted request changed nothing, so its key was unused")
+	status, again := raw("/v1/subscriptions/sub_1/cancel", "k-1")
+	assert.Equal(t, http.StatusOK, status, "the first answer's status, not a conflict")
+	assert.Equal(t, first, again, "and its body, byte for byte")
+
+	status, other := raw("/v1/subscriptions/sub_1/cancel", "k-2")
+	assert.Equal(t, http.StatusConflict, status, "another key is a new request")
+	assert.Contains(t, other, "already_cancelled")
+	status, _ = raw("/v1/subscriptions/sub_1/cancel", "")
+	assert.Equal(t, http.StatusConflict, status, "no key: as before")
+	status, conflictAgain := raw("/v1/subscriptions/sub_1/cancel", "k-2")
+	assert.Equal(t, http.StatusConflict, status, "a stored conflict is answered again too")
+	assert.Equal(t, other, conflictAgain)
+
+	status, _ = raw("/v1/subscriptions/sub_2/cancel", "k-1")
+	assert.Equal(t, http.StatusOK, status, "a key belongs to its subscription")
+
+	assert.Equal(t, 1, s.Cancellations("sub_1"))
+	assert.Equal(t, 6, s.CancelCalls("sub_1"), "every request counted, the faulted one too")
+	assert.Equal(t, []string{"k-1", "k-1", "k-1", "k-2", "k-2"}, s.IdempotencyKeys("sub_1"))
+	assert.Equal(t, 2, s.IdempotentReplays("sub_1"))
+	assert.Equal(t, 1, s.Cancellations("sub_2"))
+	assert.Equal(t, 0, s.IdempotentReplays("sub_2"))
+
+	s.AddSubscription("sub_1", "cus_1")
+	status, _ = raw("/v1/subscriptions/sub_1/cancel", "k-1")
+	assert.Equal(t, http.StatusOK, status, "re-seeding forgets the keys")
+	assert.Equal(t, 1, s.Cancellations("sub_1"))
+}
+
+// A subscription seeded with a plan reports it; AddSubscription's has none.
+func TestSubscriptionsPlan(t *testing.T) {
+	s, srv := newSubsEnv(t)
+	s.AddSubscriptionWithPlan("sub_p", "cus_9", "annual")
+	status, body, _ := subsCall(t, srv, http.MethodGet, "/v1/subscriptions/sub_p", testSubsToken, "")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, map[string]any{"id": "sub_p", "customer_id": "cus_9", "plan": "annual", "status": "active"}, body)
 }

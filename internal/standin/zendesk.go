@@ -20,9 +20,29 @@ import (
 // it is the author of every comment and audit posted through the API.
 const ZendeskAgentID int64 = 900000000001
 
-// defaultRequesterID is used for tickets seeded without a requester, since
+// DefaultRequesterID is the requester of tickets seeded without one, since
 // every real Zendesk ticket has one.
-const defaultRequesterID int64 = 900000000100
+const DefaultRequesterID int64 = 900000000100
+
+const defaultRequesterID = DefaultRequesterID
+
+// Zendesk user roles (https://developer.zendesk.com/api-reference/ticketing/users/users/,
+// the "role" property).
+const (
+	RoleEndUser = "end-user"
+	RoleAgent   = "agent"
+	RoleAdmin   = "admin"
+)
+
+// User is a Zendesk user to seed with Zendesk.AddUser: a CC'd end user, a
+// human agent. The requesters of seeded tickets and the API user
+// (ZendeskAgentID, an agent) need no seeding.
+type User struct {
+	ID   int64
+	Name string
+	// Role is RoleEndUser, RoleAgent or RoleAdmin; "" means RoleEndUser.
+	Role string
+}
 
 // MaxCommentBytes is the longest comment body the stand-in accepts, matching
 // Zendesk's 64 KiB limit.
@@ -97,6 +117,7 @@ type Zendesk struct {
 	exp   exports
 
 	mu           sync.Mutex
+	users        map[int64]User
 	tickets      map[int64]*zTicket
 	nextTicketID int64
 	nextID       int64 // shared by audits, events and comments
@@ -117,6 +138,7 @@ func NewZendesk(email, apiToken string) *Zendesk {
 	z := &Zendesk{
 		email:        email,
 		apiToken:     apiToken,
+		users:        make(map[int64]User),
 		tickets:      make(map[int64]*zTicket),
 		nextTicketID: 1,
 		nextID:       10000,
@@ -255,12 +277,44 @@ func (z *Zendesk) AddTicket(t Ticket) int64 {
 	return t.ID
 }
 
+// AddUser seeds a user (or replaces one with the same ID), for comments
+// by someone other than the requester or the API user (SeedComment's
+// AuthorID). The list-comments sideload reports its name and role.
+func (z *Zendesk) AddUser(u User) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if u.Role == "" {
+		u.Role = RoleEndUser
+	}
+	z.users[u.ID] = u
+}
+
+// userLocked is what the stand-in knows of a user on zt's ticket: its
+// requester, the API user, a seeded user, else an end user it made up
+// (every comment author is some user). z.mu must be held.
+func (z *Zendesk) userLocked(zt *zTicket, id int64) User {
+	if u, ok := z.users[id]; ok {
+		return u
+	}
+	switch id {
+	case zt.RequesterID:
+		return User{ID: id, Name: zt.RequesterName, Role: RoleEndUser}
+	case ZendeskAgentID:
+		return User{ID: id, Name: "Support Agent", Role: RoleAgent}
+	}
+	return User{ID: id, Name: fmt.Sprintf("User %d", id), Role: RoleEndUser}
+}
+
 // SeedComment is a comment written outside the API: the customer writing
 // again, or an agent's reply typed in Zendesk's own UI.
 type SeedComment struct {
 	Body string
-	// Agent is true for an agent's reply, false for the requester's.
+	// Agent is true for an agent's reply (by the API user,
+	// ZendeskAgentID), false for the requester's.
 	Agent bool
+	// AuthorID, when set, is the comment's author instead: a user seeded
+	// with AddUser (a CC'd end user, a human agent). It overrides Agent.
+	AuthorID int64
 	// Private makes an agent's internal note.
 	Private bool
 	// At defaults to now.
@@ -286,6 +340,10 @@ func (z *Zendesk) AddComment(ticketID int64, c SeedComment) int64 {
 	if c.Agent {
 		author = ZendeskAgentID
 	}
+	if c.AuthorID != 0 {
+		author = c.AuthorID
+	}
+	staff := z.userLocked(zt, author).Role != RoleEndUser
 	auditID := z.newID()
 	zc := zComment{
 		Comment:  Comment{ID: z.newID(), AuditID: auditID, Body: c.Body, Public: !c.Private, At: at},
@@ -296,9 +354,9 @@ func (z *Zendesk) AddComment(ticketID int64, c SeedComment) int64 {
 	if at.After(zt.updatedAt) {
 		zt.updatedAt = at
 	}
-	changes := []change{{typ: "comment_added", event: commentAddedEvent(zc, author == ZendeskAgentID)}}
+	changes := []change{{typ: "comment_added", event: commentAddedEvent(zc, staff)}}
 	events := []any{commentEvent(zc)}
-	if !c.Agent && (zt.Status == "pending" || zt.Status == "solved") {
+	if !staff && (zt.Status == "pending" || zt.Status == "solved") {
 		// A customer reply reopens the ticket, as in Zendesk.
 		events = append(events, changeEvent(z.newID(), "status", "open", zt.Status))
 		changes = append(changes, change{typ: "status_changed", event: map[string]any{"previous": strings.ToUpper(zt.Status), "current": "OPEN"}})
@@ -602,11 +660,23 @@ func (z *Zendesk) listComments(w http.ResponseWriter, r *http.Request) {
 		"count":         len(comments),
 		"meta":          map[string]any{"has_more": false, "after_cursor": nil, "before_cursor": nil},
 	}
+	// Side-loading users adds every user the page refers to, each with
+	// its role (https://developer.zendesk.com/documentation/ticketing/using-the-zendesk-api/side_loading/,
+	// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_comments/#list-comments):
+	// the requester, the API user, and each comment's author.
 	if strings.Contains(r.URL.Query().Get("include"), "users") {
-		resp["users"] = []map[string]any{
-			{"id": zt.RequesterID, "name": zt.RequesterName, "role": "end-user"},
-			{"id": ZendeskAgentID, "name": "Support Agent", "role": "agent"},
+		ids := []int64{zt.RequesterID, ZendeskAgentID}
+		for _, c := range zt.comments {
+			if !slices.Contains(ids, c.authorID) {
+				ids = append(ids, c.authorID)
+			}
 		}
+		users := make([]map[string]any, 0, len(ids))
+		for _, id := range ids {
+			u := z.userLocked(zt, id)
+			users = append(users, map[string]any{"id": u.ID, "name": u.Name, "role": u.Role})
+		}
+		resp["users"] = users
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

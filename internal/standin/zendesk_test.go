@@ -552,3 +552,32 @@ func readAll(t *testing.T, r io.Reader) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// List comments side-loads every user the comments refer to, each with its
+// role: the requester, the API user, and seeded users (a CC'd end user, a
+// human agent) who wrote comments.
+func TestZendeskListCommentsSideloadsAuthorsWithRoles(t *testing.T) {
+	z, c, _ := newZendeskEnv(t, nil)
+	z.AddUser(User{ID: 501, Name: "Cy", Role: RoleEndUser})
+	z.AddUser(User{ID: 601, Name: "Dee", Role: RoleAgent})
+	z.AddComment(testTicketID, SeedComment{AuthorID: 501, Body: "cc here"})
+	z.AddComment(testTicketID, SeedComment{AuthorID: 601, Body: "agent here"})
+	z.AddComment(testTicketID, SeedComment{Agent: true, Body: "api user here"})
+
+	res, err := c.ListTicketComments(t.Context(), testTicketID, &zendesk.ListTicketCommentsOptions{Include: "users"})
+	require.NoError(t, err)
+	var authors []int64
+	for _, cm := range res.TicketComments {
+		authors = append(authors, cm.AuthorID)
+	}
+	assert.Equal(t, []int64{77, 501, 601, ZendeskAgentID}, authors)
+	roles := map[int64]string{}
+	for _, u := range res.Users {
+		roles[u.ID] = u.Role + "/" + u.Name
+	}
+	assert.Equal(t, map[int64]string{77: "end-user/Customer 77", 501: "end-user/Cy", 601: "agent/Dee", ZendeskAgentID: "agent/Support Agent"}, roles)
+
+	res, err = c.ListTicketComments(t.Context(), testTicketID, nil)
+	require.NoError(t, err)
+	assert.Empty(t, res.Users, "users only when asked for")
+}

@@ -7,6 +7,7 @@
 package subscriptions
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,9 +80,11 @@ type Cancellation struct {
 }
 
 // Cancel cancels the subscription. idempotencyKey, if not empty, is sent as
-// the Idempotency-Key header for the service's records; the service does
-// not deduplicate on it, which is why a conflict saying the subscription is
-// already cancelled counts as success.
+// the Idempotency-Key header, on which supportflow requires the service to
+// deduplicate: a repeat gets the first request's answer and has no second
+// effect, so a retry after a lost answer learns what that request did. A
+// conflict saying the subscription is already cancelled (another key, or
+// none) counts as success too.
 //
 // Any failure is an *Error.
 func (c *Client) Cancel(ctx context.Context, subscriptionID, idempotencyKey string) (Cancellation, error) {
@@ -298,33 +301,62 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// Status reads a subscription's status ("active", "cancelled" ...): how a
-// caller whose cancel call lost its answer learns whether it landed.
-// Any failure is an *Error.
-func (c *Client) Status(ctx context.Context, subscriptionID string) (string, error) {
+// Subscription is what the service says of one subscription.
+type Subscription struct {
+	ID string
+	// CustomerID is the customer the subscription belongs to; "" when the
+	// service did not say.
+	CustomerID string
+	// Status is "active", "cancelled" or another status the service
+	// reports.
+	Status string
+	// Plan is the subscription's plan; "" when the service did not say.
+	Plan string
+}
+
+// Lookup reads a subscription (GET /v1/subscriptions/{id}): whose it is,
+// its status and plan. It is a read, so any failure is safe to retry;
+// Permanent says when retrying cannot help (an unknown subscription is a
+// 404). Any failure is an *Error.
+func (c *Client) Lookup(ctx context.Context, subscriptionID string) (Subscription, error) {
 	if err := checkID(subscriptionID); err != nil {
-		return "", err
+		return Subscription{}, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/subscriptions/"+url.PathEscape(subscriptionID), nil)
 	if err != nil {
-		return "", &Error{Message: "building request", Err: err, permanent: true}
+		return Subscription{}, &Error{Message: "building request", Err: err, permanent: true}
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", c.transportError(err, false)
+		return Subscription{}, c.transportError(err, false)
 	}
 	defer resp.Body.Close()
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	var payload struct {
-		Status  string `json:"status"`
-		Error   string `json:"error"`
-		Message string `json:"message"`
+		ID         string `json:"id"`
+		CustomerID string `json:"customer_id"`
+		Status     string `json:"status"`
+		Plan       string `json:"plan"`
+		Error      string `json:"error"`
+		Message    string `json:"message"`
 	}
 	decodeErr := json.Unmarshal(body, &payload)
 	if resp.StatusCode == http.StatusOK && decodeErr == nil && payload.Status != "" {
-		return payload.Status, nil
+		// An answer without an id is about the subscription asked for.
+		return Subscription{ID: cmp.Or(payload.ID, subscriptionID), CustomerID: payload.CustomerID, Status: payload.Status, Plan: payload.Plan}, nil
 	}
-	return "", c.responseError(resp, body, readErr, decodeErr, payload.Error, payload.Message)
+	return Subscription{}, c.responseError(resp, body, readErr, decodeErr, payload.Error, payload.Message)
+}
+
+// Status reads a subscription's status ("active", "cancelled" ...): how a
+// caller whose cancel call lost its answer learns whether it landed.
+// Any failure is an *Error.
+func (c *Client) Status(ctx context.Context, subscriptionID string) (string, error) {
+	sub, err := c.Lookup(ctx, subscriptionID)
+	if err != nil {
+		return "", err
+	}
+	return sub.Status, nil
 }

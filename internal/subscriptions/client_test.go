@@ -52,14 +52,55 @@ func TestCancel(t *testing.T) {
 	assert.Equal(t, 1, s.Cancellations("sub_1"))
 	assert.Equal(t, []string{"key-1"}, s.IdempotencyKeys("sub_1"))
 
-	// A second cancel conflicts, which the client reports as success.
-	again, err := c.Cancel(t.Context(), "sub_1", "key-1")
+	// The same key again is the first call's answer: this key cancelled it.
+	same, err := c.Cancel(t.Context(), "sub_1", "key-1")
+	require.NoError(t, err)
+	assert.False(t, same.AlreadyCancelled)
+	assert.Equal(t, got.CancelledAt, same.CancelledAt)
+	assert.Equal(t, 1, s.IdempotentReplays("sub_1"))
+
+	// Another cancel conflicts, which the client reports as success.
+	again, err := c.Cancel(t.Context(), "sub_1", "key-2")
 	require.NoError(t, err)
 	assert.True(t, again.AlreadyCancelled)
 	assert.Equal(t, got.CancelledAt, again.CancelledAt)
 	assert.Equal(t, 1, s.Cancellations("sub_1"))
-	assert.Equal(t, 2, s.CancelCalls("sub_1"))
+	assert.Equal(t, 3, s.CancelCalls("sub_1"))
 	assert.Equal(t, 0, s.CancelCalls("sub_2"))
+}
+
+// Lookup reads whose a subscription is, its status and plan; an unknown
+// one is a permanent 404, and a failure to answer may be retried.
+func TestLookup(t *testing.T) {
+	s, c, _ := newEnv(t)
+	s.AddSubscriptionWithPlan("sub_3", "cus_3", "annual")
+
+	got, err := c.Lookup(t.Context(), "sub_3")
+	require.NoError(t, err)
+	assert.Equal(t, subscriptions.Subscription{ID: "sub_3", CustomerID: "cus_3", Status: subscriptions.StatusActive, Plan: "annual"}, got)
+	got, err = c.Lookup(t.Context(), "sub_1")
+	require.NoError(t, err)
+	assert.Equal(t, "cus_1", got.CustomerID)
+	assert.Empty(t, got.Plan, "no plan, none reported")
+
+	status, err := c.Status(t.Context(), "sub_3")
+	require.NoError(t, err)
+	assert.Equal(t, subscriptions.StatusActive, status)
+
+	_, err = c.Lookup(t.Context(), "sub_404")
+	e := asError(t, err)
+	assert.Equal(t, http.StatusNotFound, e.Status)
+	assert.True(t, e.Permanent())
+
+	s.Inject(standin.Fault{Method: http.MethodGet, Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second})
+	_, err = c.Lookup(t.Context(), "sub_3")
+	e = asError(t, err)
+	assert.False(t, e.Permanent())
+	assert.Equal(t, 2*time.Second, e.RetryAfterDelay())
+
+	_, err = c.Lookup(t.Context(), "..")
+	assert.True(t, asError(t, err).Permanent(), "a dot segment is refused before sending")
+	assert.Equal(t, 0, s.CancelCalls("sub_3"), "a read cancels nothing")
 }
 
 func TestCancelWithoutIdempotencyKey(t *testing.T) {
@@ -144,13 +185,22 @@ func TestCancelLostResponse(t *testing.T) {
 	assert.Equal(t, 1, s.Cancellations("sub_1"), "the cancel landed")
 	assert.Equal(t, 1, s.CancelCalls("sub_1"), "one request per call, no hidden retry")
 
-	// Retrying is safe: the conflict reports the desired end state.
+	// Retrying with the same key is safe: the service answers what the
+	// lost call did.
 	got, err := c.Cancel(t.Context(), "sub_1", "key-1")
 	require.NoError(t, err)
-	assert.True(t, got.AlreadyCancelled)
+	assert.False(t, got.AlreadyCancelled, "the first call with this key cancelled it")
 	assert.False(t, got.CancelledAt.IsZero())
 	assert.Equal(t, 1, s.Cancellations("sub_1"))
 	assert.Equal(t, 2, s.CancelCalls("sub_1"))
+	assert.Equal(t, 1, s.IdempotentReplays("sub_1"))
+
+	// Without the key (or with another), the conflict still reports the
+	// desired end state.
+	got, err = c.Cancel(t.Context(), "sub_1", "")
+	require.NoError(t, err)
+	assert.True(t, got.AlreadyCancelled)
+	assert.Equal(t, 1, s.Cancellations("sub_1"))
 }
 
 func TestCancelTimeoutMayHaveLanded(t *testing.T) {

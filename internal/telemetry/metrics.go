@@ -23,6 +23,8 @@ type Metrics struct {
 	drafts      metric.Int64Counter
 	repairs     metric.Int64Counter
 	modelTokens metric.Int64Counter
+	refused     metric.Int64Counter
+	unresolved  metric.Int64Counter
 }
 
 // newMetrics creates the instruments on meter. The names carry no _total:
@@ -49,6 +51,10 @@ func newMetrics(meter metric.Meter) (*Metrics, error) {
 		"Tickets whose mirror the reconciler repaired because a webhook delivery was missed, by what was missing (ticket, comment).")
 	m.modelTokens = counter("supportflow_model_tokens",
 		"Tokens the model server counted for drafts, by kind (prompt, completion), including attempts whose answer was refused.")
+	m.refused = counter("supportflow_legs_refused",
+		"Leg attempts refused before any write, by reason (not_approved, not_owned).")
+	m.unresolved = counter("supportflow_legs_unresolved",
+		"Actions ended needs_attention because a leg's outcome could not be learned from its receiver within the bound, by receiver (zendesk, subscriptions). Alert on any increase.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -130,4 +136,25 @@ func (m *Metrics) Repair(what string) {
 		return
 	}
 	add(m.repairs, attribute.String("what", what))
+}
+
+// LegRefused counts one leg refused before any write:
+// supportflow_legs_refused_total{reason}, reason being "not_approved" (no
+// recorded approval, or content other than approved) or "not_owned" (a
+// subscription not the ticket's requester's).
+func (m *Metrics) LegRefused(reason string) {
+	if m == nil {
+		return
+	}
+	add(m.refused, attribute.String("reason", reason))
+}
+
+// LegUnresolved counts one action ended needs_attention because a leg's
+// outcome stayed unknown past the bound:
+// supportflow_legs_unresolved_total{receiver}.
+func (m *Metrics) LegUnresolved(receiver string) {
+	if m == nil {
+		return
+	}
+	add(m.unresolved, attribute.String("receiver", receiver))
 }

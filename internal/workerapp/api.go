@@ -43,7 +43,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
 		Codec: &codec.Codec{Keys: cfg.PayloadKeys}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
-		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Converter: o.DataConverter}, l, pool, c, logger)
+		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Approvals: l, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
 		return err
 	}
@@ -56,13 +56,23 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	hs.RegisterOnShutdown(srv.Close)
 	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account, "payload_key", cfg.PayloadKeys.ActiveID(),
-		"codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins)
+		"api_tokens", tokenNames(cfg.Tokens), "codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins)
 	go srv.RunRelay(ctx)
 	if err := serve(ctx, hs, ln, ready); err != nil {
 		return err
 	}
 	logger.Info("api stopped")
 	return nil
+}
+
+// tokenNames are the API tokens' names and roles, for the start-up log:
+// who can do what, never a secret.
+func tokenNames(tokens []api.Token) []string {
+	var names []string
+	for _, t := range tokens {
+		names = append(names, t.String())
+	}
+	return names
 }
 
 // serve serves hs on ln until ctx ends, then shuts it down gracefully

@@ -9,10 +9,30 @@ import (
 	"github.com/nukosuke/go-zendesk/zendesk"
 )
 
-// Comment authors in a Conversation.
+// Comment authors in a Conversation: the requester, or anyone else. Kept
+// for what "the customer spoke last" means (Conversation.LastAt); Role says
+// who the someone else is.
 const (
 	AuthorCustomer = "customer"
 	AuthorAgent    = "agent"
+)
+
+// Comment author roles (ConversationComment.Role), from the users
+// Zendesk side-loads with the comments, each with its role: end-user,
+// agent or admin (https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_comments/#list-comments,
+// https://developer.zendesk.com/api-reference/ticketing/users/users/).
+const (
+	// RoleRequester is the ticket's requester, whatever their Zendesk role.
+	RoleRequester = "requester"
+	// RoleEndUser is any other end user: someone copied on the ticket, a
+	// follower, a user the client does not know the role of.
+	RoleEndUser = "end_user"
+	// RoleAgent is an agent or admin.
+	RoleAgent = "agent"
+	// RoleSupportflow is supportflow's own API user. Conversation never
+	// sets it (the client does not know which user that is); the caller
+	// that does relabels its comments (activities.LoadTicket).
+	RoleSupportflow = "supportflow"
 )
 
 // MaxConversationComments bounds how many comments Conversation reads (the
@@ -31,13 +51,21 @@ type Conversation struct {
 	Comments      []ConversationComment `json:"comments"`
 }
 
-// ConversationComment is one public comment.
+// ConversationComment is one public comment. It is part of Temporal
+// histories (a draft's LoadTicket result): fields are only ever added.
 type ConversationComment struct {
 	ID int64 `json:"id"`
 	// Author is AuthorCustomer for the requester, else AuthorAgent.
 	Author string    `json:"author"`
 	Body   string    `json:"body"`
 	At     time.Time `json:"at"`
+	// AuthorID is the comment author's Zendesk user ID; 0 in payloads
+	// from before it was recorded.
+	AuthorID int64 `json:"author_id,omitempty"`
+	// Role is who the author is (RoleRequester, RoleEndUser, RoleAgent,
+	// RoleSupportflow); "" in payloads from before it was recorded, where
+	// Author is all that is known.
+	Role string `json:"role,omitempty"`
 }
 
 // LastAt returns the time of the newest comment by author (zero if none).
@@ -64,8 +92,11 @@ func (c Conversation) Through() time.Time {
 
 // Conversation reads a ticket and its public comments (internal notes are
 // left out, so a draft can never quote one to the customer). Comments by
-// the requester are the customer's; every other author is an agent. It
-// reads the ticket, then the comments with cursor pagination, 100 a page.
+// the requester are the customer's (Author); every comment's Role says who
+// wrote it, from the side-loaded users: the requester, another end user
+// (also any author the side-load does not name, so nobody unknown passes
+// for staff), or an agent (an agent or admin). It reads the ticket, then
+// the comments with cursor pagination, 100 a page.
 func (c *Client) Conversation(ctx context.Context, ticketID int64) (Conversation, error) {
 	op := "read ticket " + strconv.FormatInt(ticketID, 10)
 	t, err := c.api.GetTicket(ctx, ticketID)
@@ -78,6 +109,7 @@ func (c *Client) Conversation(ctx context.Context, ticketID int64) (Conversation
 	}
 	opts := &zendesk.ListTicketCommentsOptions{Include: "users", Sort: zendesk.TicketCommentCreatedAtAsc}
 	opts.PageSize = zendesk.ListTicketCommentsMaxPageSize
+	zendeskRoles := map[int64]string{} // user ID to Zendesk role, from every page's side-load
 	for {
 		res, err := c.api.ListTicketComments(ctx, ticketID, opts)
 		if err != nil {
@@ -87,20 +119,25 @@ func (c *Client) Conversation(ctx context.Context, ticketID int64) (Conversation
 			if u.ID == t.RequesterID && conv.RequesterName == "" {
 				conv.RequesterName = u.Name
 			}
+			zendeskRoles[u.ID] = u.Role
 		}
 		for _, cm := range res.TicketComments {
 			if cm.Public != nil && !*cm.Public {
 				continue
 			}
-			author := AuthorAgent
-			if cm.AuthorID == t.RequesterID {
-				author = AuthorCustomer
+			author, role := AuthorAgent, RoleEndUser
+			switch {
+			case cm.AuthorID == t.RequesterID:
+				author, role = AuthorCustomer, RoleRequester
+			case zendeskRoles[cm.AuthorID] == "agent" || zendeskRoles[cm.AuthorID] == "admin":
+				role = RoleAgent
 			}
 			body := strings.TrimSpace(cm.PlainBody)
 			if body == "" {
 				body = strings.TrimSpace(cm.Body)
 			}
-			conv.Comments = append(conv.Comments, ConversationComment{ID: cm.ID, Author: author, Body: body, At: cm.CreatedAt})
+			conv.Comments = append(conv.Comments, ConversationComment{ID: cm.ID, Author: author, Body: body, At: cm.CreatedAt,
+				AuthorID: cm.AuthorID, Role: role})
 		}
 		if len(conv.Comments) > MaxConversationComments {
 			conv.Comments = conv.Comments[len(conv.Comments)-MaxConversationComments:]

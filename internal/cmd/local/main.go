@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
@@ -74,6 +75,20 @@ func main() {
 }
 
 func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+
+// localTokenName is the name of the API token the local run generates:
+// what its approvals are recorded under.
+const localTokenName = "local"
+
+// demoToken is the first API token the demo can draft and approve with.
+func demoToken(tokens []api.Token) (api.Token, bool) {
+	for _, t := range tokens {
+		if t.Has(api.RoleApp) && t.Has(api.RoleApprover) {
+			return t, true
+		}
+	}
+	return api.Token{}, false
+}
 
 // setDefault sets an unset variable and reports whether it did.
 func setDefault(name, value string) bool {
@@ -217,8 +232,10 @@ func run(ctx context.Context, once bool, stateDir string) error {
 			say("resource rate limits raised to 60,000 requests a minute for the stand-ins")
 		}
 	}
+	// The local run's own token holds every role: the demo drafts and
+	// approves with it, and its user is the operator too.
 	generated := false
-	if setDefault("SUPPORTFLOW_API_TOKENS", randomSecret()) {
+	if os.Getenv(config.EnvAPITokensFile) == "" && setDefault(config.EnvAPITokens, localTokenName+":app+approver+operator:"+randomSecret()) {
 		generated = true
 	}
 	setDefault("ZENDESK_WEBHOOK_SECRET", randomSecret())
@@ -235,6 +252,10 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	apiCfg, err := config.LoadAPI()
 	if err != nil {
 		return err
+	}
+	demoTok, ok := demoToken(apiCfg.Tokens)
+	if st.standins && !ok {
+		return fmt.Errorf("the demo drafts and approves over the API: %s needs a token with the app and approver roles", config.EnvAPITokens)
 	}
 	// Migrate before anything reads the schema.
 	if _, err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
@@ -319,7 +340,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 
 	var tickets []int64
 	if st.standins {
-		tickets, err = demo(ctx, s, st, apiURL, apiCfg.Tokens[0], apiCfg.WebhookSecret, cfg.TemporalAddress, once)
+		tickets, err = demo(ctx, s, st, apiURL, demoTok.Secret, apiCfg.WebhookSecret, cfg.TemporalAddress, once)
 		if err != nil {
 			return err
 		}
@@ -338,7 +359,8 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	say("api: %s", apiURL)
 	if generated {
-		say("api token: %s", apiCfg.Tokens[0])
+		t := apiCfg.Tokens[0]
+		say("api token: %s (named %s, which its approvals are recorded under; roles app, approver, operator)", t.Secret, t.Name)
 	}
 	if codecGenerated {
 		say("codec: temporal workflow show --address %s -w WORKFLOW_ID --codec-endpoint %s/codec --codec-auth 'Bearer %s'",

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -76,8 +78,16 @@ func approve(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	if err != nil {
 		return err
 	}
+	// The approval is recorded in PostgreSQL, where the execution's legs
+	// check it, before the draft is told.
+	pool, account, err := accountDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	return withStarter(ctx, func(s *starter.Starter) error {
-		res, err := s.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: proposalID, ApprovedBy: by})
+		s.Approvals = ledger.New(pool, account)
+		res, err := s.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: proposalID, ApprovedBy: cmp.Or(by, operatorName())})
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -86,7 +88,7 @@ func retry(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) e
 	}
 	defer pool.Close()
 	return withStarter(ctx, func(s *starter.Starter) error {
-		e, err := s.Retry(ctx, ledger.New(pool, account), args[0])
+		e, err := s.Retry(ctx, ledger.New(pool, account), args[0], operatorName())
 		if err != nil {
 			return err
 		}
@@ -162,4 +164,12 @@ func accountDB(ctx context.Context) (*pgxpool.Pool, string, error) {
 		return nil, "", fmt.Errorf("database: %w", err)
 	}
 	return pool, account, nil
+}
+
+// operatorName names an operator's decision for the ledger and the logs:
+// SUPPORTFLOW_OPERATOR, else the login name, prefixed so it is never
+// mistaken for an API token's name.
+func operatorName() string {
+	name := cmp.Or(os.Getenv("SUPPORTFLOW_OPERATOR"), os.Getenv("USER"), "unknown")
+	return "operator:" + text.Clip(name, 100)
 }

@@ -1,0 +1,271 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/activities"
+	"github.com/supportflow/supportflow/internal/policy"
+)
+
+// versionSettleFromReceivers marks the execution that settles from what
+// the receivers say (SettleLegs: lost answers resolved, a Zendesk write
+// that may have landed fenced and searched, a bound on what cannot be
+// learned), goes on to the reply when every cancellation turns out to have
+// landed, says what was done from the ledger, and records the proposal's
+// end. Retire it once no execution started before it is open (executions
+// last at most the retry budget plus UnresolvedLegBound, about a day).
+const versionSettleFromReceivers = "execute-settle-from-receivers"
+
+// executeAction runs one action of an execution that settles from the
+// receivers: the cancellations, then (only once every one of them is
+// done) the ticket update and reply. On a failure it settles the action
+// and returns an ActionFailed error carrying statuses; nil when the action
+// ends applied.
+func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int, in activities.ActionInput, statuses []supportflow.ActionStatus) error {
+	d := w.durations()
+	log := workflow.GetLogger(ctx)
+	st, act := &statuses[i], in.Action
+	var cancelErr, replyErr error
+	if len(act.CancelSubscriptions) > 0 {
+		var r activities.CancelResult
+		cctx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
+		cancelErr = workflow.ExecuteActivity(cctx, a.CancelSubscriptions, in).Get(ctx, &r)
+		st.Cancelled = r.Cancelled
+		if cancelErr != nil && !isRefusal(cancelErr) && !temporal.IsCanceledError(cancelErr) {
+			// Retries spent on failures that may have landed (5xx, a
+			// timeout): every cancellation may be done with only its answer
+			// lost. Ask the service before giving up on the reply.
+			res, err := w.settleLegs(ctx, activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, ResolveOnly: true}, len(act.CancelSubscriptions), false)
+			if err == nil {
+				st.Cancelled = res.Cancelled
+				if res.AllCancelled {
+					log.Info("every cancellation had landed; its answers were lost", "action_key", st.Key)
+					cancelErr = nil
+				}
+			}
+		}
+	}
+	zendeskTried := false
+	if cancelErr == nil && act.HasZendeskLeg() {
+		zendeskTried = true
+		var r activities.PostReplyResult
+		zctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+		replyErr = workflow.ExecuteActivity(zctx, a.PostReply, in).Get(ctx, &r)
+		if replyErr == nil {
+			st.CommentID = r.CommentID
+			log.Info("reply on ticket", "action_key", st.Key, "comment_id", r.CommentID, "source", r.Source)
+		}
+	}
+	legErr := cancelErr
+	if legErr == nil {
+		legErr = replyErr
+	}
+	if legErr == nil {
+		st.State = supportflow.StateApplied
+		return nil
+	}
+	st.Error, st.Reason = errorMessage(legErr), failureReason(legErr)
+	if isNotApproved(legErr) {
+		// Nothing was written and nothing may be: no settle, no note.
+		st.State = supportflow.StateFailed
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("action %s was not run: %s", st.Key, st.Error), supportflow.ErrTypeNotApproved, legErr, statuses)
+	}
+	sctx := ctx
+	if temporal.IsCanceledError(legErr) {
+		// Cancelled (an operator): the action must still leave 'applying'.
+		sctx, _ = workflow.NewDisconnectedContext(ctx)
+	}
+	heldBack := cancelErr != nil && act.Comment != nil
+	settle := activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Reason: st.Reason, HeldBack: heldBack,
+		ZendeskMayHaveLanded: zendeskTried && !isRefusal(replyErr)}
+	res, err := w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true)
+	if err == nil && res.NeedsFence {
+		// A write of ours may have landed or still be in flight. Any write
+		// to the ticket moves its updated_stamp, so one still in flight is
+		// refused; the agents' note is that write. Then the audits say.
+		noteErr := w.postNote(sctx, fenceKey(proposalID, i), act.TicketID, fenceNote(st.Key, st.Reason))
+		if noteErr == nil {
+			settle.Fenced = true
+		} else {
+			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error", noteErr)
+			settle.GiveUp = true
+		}
+		res, err = w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true)
+	}
+	if err != nil {
+		return err
+	}
+	st.State, st.Cancelled, st.NotCancelled, st.Unknown = res.State, res.Cancelled, res.NotCancelled, res.Unknown
+	if res.ReplyLanded {
+		st.CommentID = res.CommentID
+	}
+	if res.State == supportflow.StateApplied {
+		st.Error, st.Reason = "", ""
+		log.Info("the action had landed after all", "action_key", st.Key)
+		return nil
+	}
+	if res.State == supportflow.StateNeedsAttention {
+		if heldBack && act.Comment.Public {
+			// The customer was not told; the agents must be.
+			if err := w.postNote(sctx, attentionKey(proposalID, i), act.TicketID, attentionNoteFromLedger(st)); err != nil {
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
+			}
+		}
+		// Operators find these in the Web UI: SupportflowState = needs_attention.
+		_ = workflow.UpsertTypedSearchAttributes(sctx, stateKey.ValueSet(supportflow.StateNeedsAttention))
+	}
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("action %s ended %s: %s", st.Key, res.State, st.Reason), supportflow.ErrTypeActionFailed, legErr, statuses)
+}
+
+// settleLegs runs SettleLegs. Bounded, it keeps trying for as long as
+// UnresolvedLegBound while a receiver cannot be read, then settles with
+// GiveUp (needs_attention with the leg still unknown, and an alert).
+func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInput, subscriptions int, bounded bool) (activities.SettleLegsResult, error) {
+	d := w.durations()
+	opts := workflow.ActivityOptions{
+		// A status read and a repeated cancel per subscription, and an
+		// audit search, each bounded by its call timeout.
+		StartToCloseTimeout: time.Duration(2*subscriptions)*d.SubscriptionCallTimeout + d.ZendeskCallTimeout + d.DeadlineMargin,
+		RetryPolicy:         d.RetryPolicy(policy.KindLedger),
+		TaskQueue:           workflow.GetInfo(ctx).TaskQueueName,
+	}
+	if bounded {
+		opts.ScheduleToCloseTimeout = d.UnresolvedLegBound
+		opts.RetryPolicy.MaximumAttempts = 0 // until the bound
+	} else {
+		opts.RetryPolicy.MaximumAttempts = 3 // a quick look, before the reply
+	}
+	var res activities.SettleLegsResult
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
+	if err == nil || !bounded || in.GiveUp {
+		return res, err
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.NonRetryable() {
+		return res, err
+	}
+	workflow.GetLogger(ctx).Error("a leg's outcome could not be learned within the bound; ending needs_attention",
+		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error", err)
+	in.GiveUp = true
+	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
+	return res, err
+}
+
+// postNote posts one of supportflow's private notes to the agents,
+// exactly once through the ledger; a note that fails for good is settled,
+// so it never stays applying.
+func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, body string) error {
+	d := w.durations()
+	note := activities.ActionInput{Key: key, Action: supportflow.Action{TicketID: ticketID,
+		Comment: &supportflow.Comment{Body: body, Public: false}}}
+	nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+	err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil)
+	if err == nil {
+		return nil
+	}
+	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Reason: failureReason(err), Fenced: true,
+		ZendeskMayHaveLanded: !isRefusal(err)}
+	if _, serr := w.settleLegs(ctx, settle, 0, true); serr != nil {
+		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error", serr)
+	}
+	return err
+}
+
+// markProposal records the execution's end on its proposal (done or
+// failed), so a retried proposal ends as its execution did. A proposal the
+// app composed has no row: nothing to mark.
+func (w *Workflows) markProposal(ctx workflow.Context, proposalID, state, reason string) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	mctx := w.activityOptions(dctx, policy.KindLedger, w.durations().Lease, false)
+	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, Error: reason}
+	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)
+	}
+}
+
+// isRefusal reports a leg that failed for good (a permanent refusal, bad
+// input, no approval): nothing of its last attempt can land.
+func isRefusal(err error) bool {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || !app.NonRetryable() {
+		return false
+	}
+	switch app.Type() {
+	case supportflow.ErrTypeRejected, supportflow.ErrTypeInvalidInput, supportflow.ErrTypeNotApproved:
+		return true
+	}
+	return false
+}
+
+func isNotApproved(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == supportflow.ErrTypeNotApproved
+}
+
+// failureReason classifies a leg's failure in a few words, for the notes,
+// the redraft's prompt and the proposal: never a service's own error text,
+// which may quote anything (customer text included).
+func failureReason(err error) string {
+	var (
+		timeout *temporal.TimeoutError
+		app     *temporal.ApplicationError
+	)
+	switch {
+	case temporal.IsCanceledError(err):
+		return "the execution was cancelled"
+	case errors.As(err, &timeout):
+		return "a service did not answer in time"
+	case errors.As(err, &app):
+		switch app.Type() {
+		case supportflow.ErrTypeRejected:
+			return "a service refused it for good"
+		case supportflow.ErrTypeNotApproved:
+			return "it was not approved"
+		case supportflow.ErrTypeInvalidInput:
+			return "its input was invalid"
+		case supportflow.ErrTypeLeaseHeld, supportflow.ErrTypeLostClaim:
+			return "an earlier attempt was still at work on it"
+		}
+	}
+	return "a service kept failing"
+}
+
+// fenceKey is the ledger key of the note that fences an action's Zendesk
+// write (its own key space, beside the attention note's).
+func fenceKey(proposalID string, index int) string { return attentionKey("fence/"+proposalID, index) }
+
+// fenceNote is the fence note's text: what happened, in classified words.
+func fenceNote(actionKey, reason string) string {
+	return fmt.Sprintf("supportflow gave up on action %s (%s) without learning whether its update reached this ticket. "+
+		"This note settles it: an update of the action still in flight can no longer land. "+
+		"Whether it had landed is recorded on the action (GET /actions/%s).", actionKey, reason, actionKey)
+}
+
+// attentionNoteFromLedger is the note telling the agents that an action's
+// reply was held back, from what the ledger recorded after the settle.
+func attentionNoteFromLedger(st *supportflow.ActionStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "supportflow did not send the approved reply (action %s): a cancellation could not be done (%s), so the reply "+
+		"would have promised what did not happen. Cancelled: %s. Not cancelled: %s.", st.Key, st.Reason, listOrNone(st.Cancelled), listOrNone(st.NotCancelled))
+	if len(st.Unknown) > 0 {
+		fmt.Fprintf(&b, " Outcome unknown (check the subscription service): %s.", strings.Join(st.Unknown, ", "))
+	}
+	b.WriteString(" The customer has not been answered; a new draft follows.")
+	return b.String()
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}
