@@ -406,3 +406,25 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// own makes subs customer's subscriptions at the subscription stand-in and
+// makes customer the requester of ticket: its mirror names the requester
+// the Zendesk stand-in seeded it with, and that requester's enrichment
+// lists subs. A cancellation runs only for the requester's subscriptions.
+func (s *stack) own(ticket int64, customer string, subs ...string) {
+	s.t.Helper()
+	ctx := context.Background()
+	zt, ok := s.zd.Ticket(ticket)
+	require.True(s.t, ok, "ticket %d is seeded", ticket)
+	requester := zt.RequesterID
+	if requester == 0 {
+		requester = standin.DefaultRequesterID
+	}
+	_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticket, Subject: zt.Subject, Status: "open",
+		RequesterID: requester, UpdatedAt: time.Now()})
+	require.NoError(s.t, err)
+	require.NoError(s.t, s.ledger.PutEnrichment(ctx, ticket, requester, ledger.Enrichment{CustomerID: customer, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
+	for _, sub := range subs {
+		s.subs.AddSubscription(sub, customer)
+	}
+}

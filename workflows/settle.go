@@ -91,6 +91,9 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		// A write of ours may have landed or still be in flight. Any write
 		// to the ticket moves its updated_stamp, so one still in flight is
 		// refused; the agents' note is that write. Then the audits say.
+		// Zendesk's updated_stamp has whole seconds: the fence must land
+		// in a later second than any stamp an attempt of ours read.
+		_ = workflow.Sleep(sctx, fencePause)
 		noteErr := w.postNote(sctx, fenceKey(proposalID, i), act.TicketID, fenceNote(st.Key, st.Reason))
 		if noteErr == nil {
 			settle.Fenced = true
@@ -238,6 +241,11 @@ func failureReason(err error) string {
 	}
 	return "a service kept failing"
 }
+
+// fencePause is how long the fence waits after the last attempt, so its
+// write moves the ticket's updated_at (whole seconds) past every stamp an
+// attempt read.
+const fencePause = 2 * time.Second
 
 // fenceKey is the ledger key of the note that fences an action's Zendesk
 // write (its own key space, beside the attention note's).

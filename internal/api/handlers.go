@@ -239,11 +239,16 @@ func (s *Server) proposal(w http.ResponseWriter, r *http.Request) (ledger.Propos
 // the ticket's current one awaiting approval (stale, expired, superseded,
 // already decided), 409 with the reason.
 func (s *Server) decisionError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, starter.ErrStaleProposal) || errors.Is(err, starter.ErrNoDraft) {
+	switch {
+	case errors.Is(err, starter.ErrStaleProposal) || errors.Is(err, starter.ErrNoDraft):
 		problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval", err.Error())
-		return
+	case errors.Is(err, starter.ErrAnswerConflict):
+		// Another proposal answers the ticket: a retry of an older one is
+		// executing, or one went out after this one was drafted.
+		problem(w, http.StatusConflict, "ticket-answered-elsewhere", "Another proposal answers this ticket", err.Error())
+	default:
+		s.internal(w, r, err)
 	}
-	s.internal(w, r, err)
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
