@@ -80,6 +80,35 @@ type DraftProposal struct {
 	// OmittedComments is how many middle comments of a long conversation
 	// were left out to fit the model's token budget.
 	OmittedComments int `json:"omitted_comments,omitempty"`
+	// Cancellations describe CancelSubscriptions for the approver, in the
+	// same order: whose plan each is and which comment asked for it. Only
+	// for the person deciding; not part of what is approved (the
+	// subscription IDs are). Empty in proposals from before it existed.
+	Cancellations []CancellationView `json:"cancellations,omitempty"`
+}
+
+// CancellationView is what the approver sees of one proposed cancellation.
+type CancellationView struct {
+	SubscriptionID string `json:"subscription_id"`
+	// Plan, Status and CustomerID are the subscription service's answer
+	// when the draft was written; "" when it could not be read.
+	Plan       string `json:"plan,omitempty"`
+	Status     string `json:"status,omitempty"`
+	CustomerID string `json:"customer_id,omitempty"`
+	// AskedIn is the comment the model cited as asking for it; nil when it
+	// cited none that is on the ticket.
+	AskedIn *CommentRef `json:"asked_in,omitempty"`
+}
+
+// CommentRef points at one comment of the ticket's conversation.
+type CommentRef struct {
+	ID int64 `json:"id"`
+	// AuthorRole is "requester", "end_user", "agent" or "supportflow".
+	AuthorRole string    `json:"author_role"`
+	At         time.Time `json:"at"`
+	// Excerpt is the comment's start (at most 280 bytes), so the approver
+	// reads the request beside the cancellation.
+	Excerpt string `json:"excerpt,omitempty"`
 }
 
 // Proposal is the executable form of a draft: one action that cancels the

@@ -26,6 +26,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 type fixture struct {
+	h    *activitiestest.Harness
 	acts *activities.Activities
 	zd   *standin.Zendesk
 	subs *standin.Subscriptions
@@ -37,7 +38,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	// A short heartbeat interval lets a lost claim be noticed quickly.
 	h := activitiestest.New(t, policy.Durations{HeartbeatInterval: 50 * time.Millisecond})
-	f := &fixture{acts: h.Activities, zd: h.Zendesk, subs: h.Subscriptions, pool: h.Pool}
+	f := &fixture{h: h, acts: h.Activities, zd: h.Zendesk, subs: h.Subscriptions, pool: h.Pool}
 	var s testsuite.WorkflowTestSuite
 	f.env = s.NewTestActivityEnvironment()
 	f.env.RegisterActivity(f.acts)
@@ -62,11 +63,10 @@ func appErr(t *testing.T, err error) *temporal.ApplicationError {
 // the activity reports the error.
 func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
 	f := newFixture(t)
-	f.subs.AddSubscription("sub-1", "c")
-	f.subs.AddSubscription("sub-2", "c")
-	f.subs.AddSubscription("sub-3", "c")
+	f.h.Own(t, 1, standin.DefaultRequesterID, "c", "sub-1", "sub-2", "sub-3")
 	f.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", DropAfterApply: true})
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 1, CancelSubscriptions: []string{"sub-1", "sub-2", "sub-3"}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
 
 	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
 	require.Error(t, err)
@@ -122,6 +122,7 @@ func TestPostReply_BadInputIsNonRetryableAndWritesNothing(t *testing.T) {
 func TestPostReply_UnknownTicketIsRejectedWithTheError(t *testing.T) {
 	f := newFixture(t)
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 999, Comment: &supportflow.Comment{Body: "hi"}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	app := appErr(t, err)
 	assert.Equal(t, supportflow.ErrTypeRejected, app.Type())
@@ -161,6 +162,7 @@ func TestPostReply_WaitsOutALivePredecessorInsideTheAttempt(t *testing.T) {
 		}
 	}()
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	finished := time.Now()
 	require.NoError(t, err)
@@ -190,6 +192,7 @@ func TestPostReply_StopsWhenItsClaimIsLost(t *testing.T) {
 		_, _ = f.pool.Exec(context.Background(), `UPDATE action SET claimant = 'successor' WHERE key = 'p1:0'`)
 	}()
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
 	start := time.Now()
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	app := appErr(t, err)
@@ -219,6 +222,7 @@ func TestPostReply_TicketUpdateKeepsATagAddedMeanwhile(t *testing.T) {
 	}()
 	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Answered.", Public: true}, UpdateTicket: &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow"}}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	require.NoError(t, err)
 	require.NoError(t, <-agentDone)

@@ -377,7 +377,6 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		{"action key with SQL", "GET", "/actions/p%3B%20DELETE%20FROM%20action", apiToken, nil, nil, 400, "invalid-action-key"},
 		{"approving an expired proposal", "POST", approvePath(expired), apiToken, nil, nil, 409, "proposal-not-awaiting-approval"},
 		{"approving a superseded proposal", "POST", approvePath(superseded), apiToken, nil, nil, 409, "proposal-not-awaiting-approval"},
-		{"approving twice", "POST", approvePath(approved), apiToken, nil, nil, 409, "proposal-not-awaiting-approval"},
 		{"rejecting an executed proposal", "POST", "/proposals/" + first[approved.ID].Proposal.ID + "/reject", apiToken, nil, nil, 409, "proposal-not-awaiting-approval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -397,6 +396,20 @@ func TestAPI_BadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 			assert.Equal(t, before, s.world(expired.ID, superseded.ID, approved.ID, unknownTicket), "nothing was started or written")
 		})
 	}
+	// Approving an executed proposal again answers its execution, as the
+	// README and `starter approve --help` say, and starts nothing.
+	t.Run("approving twice", func(t *testing.T) {
+		before := s.world(expired.ID, superseded.ID, approved.ID, unknownTicket)
+		code, resp := c.do("POST", approvePath(approved), apiToken, nil, nil)
+		require.Equal(t, http.StatusOK, code, "%s", resp)
+		var got api.Approved
+		require.NoError(t, json.Unmarshal(resp, &got), "%s", resp)
+		assert.True(t, got.AlreadyApproved)
+		assert.Equal(t, supportflow.ExecuteWorkflowID(first[approved.ID].Proposal.ID), got.ExecutionWorkflowID)
+		require.Len(t, got.Actions, 1)
+		assert.Equal(t, supportflow.ActionKey(first[approved.ID].Proposal.ID, 0), got.Actions[0].Key)
+		assert.Equal(t, before, s.world(expired.ID, superseded.ID, approved.ID, unknownTicket), "nothing was started or written")
+	})
 	// A repeated delivery and an event type supportflow does not read are
 	// answered 200 and change nothing. (The event is supportflow's own
 	// write, so its first delivery starts nothing either.)

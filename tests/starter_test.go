@@ -66,9 +66,12 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 			_, err := s.starter.StartEvaluation(ctx, supportflow.EvaluationRequest{RunID: "a/b", Set: "s", TicketIDs: []int64{1}})
 			return err
 		}(),
-		"status of a bad run":       func() error { _, err := s.starter.EvaluationStatus(ctx, "a b"); return err }(),
-		"a schedule every 0s":       s.starter.EnsureScanSchedule(ctx, 0),
-		"an execution without acts": func() error { _, err := s.starter.ExecuteProposal(ctx, supportflow.Proposal{ID: "p"}, "tests"); return err }(),
+		"status of a bad run": func() error { _, err := s.starter.EvaluationStatus(ctx, "a b"); return err }(),
+		"a schedule every 0s": s.starter.EnsureScanSchedule(ctx, 0),
+		"an execution without acts": func() error {
+			_, err := s.starter.ExecuteProposal(ctx, supportflow.Proposal{ID: "p"}, "tests")
+			return err
+		}(),
 		"action states of a bad id": func() error { _, err := s.starter.ActionStates(ctx, "a b"); return err }(),
 	} {
 		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, name)

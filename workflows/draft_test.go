@@ -23,7 +23,6 @@ import (
 	"github.com/supportflow/supportflow/activities/activitiestest"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/workflows"
 )
 
@@ -51,16 +50,24 @@ func newDraftWorldWith(t *testing.T, wf *workflows.Workflows) *draftWorld {
 }
 
 // seedTicket adds a ticket whose customer wrote body; subs become the
-// customer's active subscriptions in the ticket's enrichment.
+// customer's active subscriptions in the ticket's enrichment, and the
+// customer's at the subscription service, with the customer the ticket's
+// requester (so a cancellation of them may run).
 func (w *draftWorld) seedTicket(body string, subs ...string) int64 {
 	id := w.h.Zendesk.AddTicket(standin.Ticket{Subject: "My plan", Description: body, RequesterName: "Ada"})
 	if len(subs) > 0 {
-		require.NoError(w.t, w.h.Ledger.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
-		for _, s := range subs {
-			w.h.Subscriptions.AddSubscription(s, "cust-1")
-		}
+		w.h.Own(w.t, id, standin.DefaultRequesterID, "cust-1", subs...)
 	}
 	return id
+}
+
+// approve approves proposalID as Starter.Approve does: it records by's
+// approval in PostgreSQL (where every leg checks it), then sends the draft
+// its approve update.
+func (w *draftWorld) approve(updateID, proposalID, by string) *updateOutcome {
+	w.t.Helper()
+	w.h.ApproveDraft(w.t, proposalID, by)
+	return w.update(supportflow.ApproveUpdate, updateID, supportflow.ApproveRequest{ProposalID: proposalID, ApprovedBy: by})
 }
 
 func (w *draftWorld) status() supportflow.DraftStatus {
@@ -117,7 +124,7 @@ func TestDraftReply_ApproveValidatesAndExecutesOnce(t *testing.T) {
 		id := awaiting.Proposal.ID
 		stale = w.update(supportflow.ApproveUpdate, "stale", supportflow.ApproveRequest{ProposalID: id[:len(id)-1] + "9"})
 		unknown = w.update(supportflow.ApproveUpdate, "unknown", supportflow.ApproveRequest{ProposalID: "no-such-proposal"})
-		first = w.update(supportflow.ApproveUpdate, "first", supportflow.ApproveRequest{ProposalID: id, ApprovedBy: "ada@acme.test"})
+		first = w.approve("first", id, "ada@acme.test")
 		second = w.update(supportflow.ApproveUpdate, "second", supportflow.ApproveRequest{ProposalID: id})
 		rejectLate = w.update(supportflow.RejectUpdate, "reject-late", supportflow.RejectRequest{ProposalID: id})
 	}, time.Hour)
@@ -147,6 +154,9 @@ func TestDraftReply_ApproveValidatesAndExecutesOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftDone, p.State)
 	assert.Equal(t, "ada@acme.test", p.DecidedBy)
+	approval, err := w.h.Ledger.GetApproval(context.Background(), awaiting.Proposal.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "ada@acme.test", approval.ApprovedBy, "the approval the legs checked is the first approver's")
 }
 
 func TestDraftReply_RejectEndsRejected(t *testing.T) {
@@ -416,7 +426,7 @@ func TestDraftReply_SupersedeWhileExecutingIsIgnored(t *testing.T) {
 		})
 	w.env.RegisterDelayedCallback(func() {
 		st := w.status()
-		w.update(supportflow.ApproveUpdate, "a", supportflow.ApproveRequest{ProposalID: st.Proposal.ID})
+		w.approve("a", st.Proposal.ID, "")
 	}, time.Hour)
 	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
 	st := w.result()
@@ -492,7 +502,7 @@ func TestDraftReply_CancellingTheDraftDoesNotStopAnApprovedExecution(t *testing.
 			return w.h.Activities.PostReply(ctx, in)
 		})
 	w.env.RegisterDelayedCallback(func() {
-		w.update(supportflow.ApproveUpdate, "a", supportflow.ApproveRequest{ProposalID: w.status().Proposal.ID})
+		w.approve("a", w.status().Proposal.ID, "")
 	}, time.Hour)
 	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
 	require.True(t, w.env.IsWorkflowCompleted())

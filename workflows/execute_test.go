@@ -78,9 +78,25 @@ func (a *attempts) gaps() []time.Duration {
 	return out
 }
 
+// proposalStates mocks SetProposalState, with which an execution records
+// its end on its proposal, and returns what it was asked to record.
+func proposalStates(env *testsuite.TestWorkflowEnvironment) *[]activities.ProposalStateInput {
+	var mu sync.Mutex
+	var states []activities.ProposalStateInput
+	env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ProposalStateInput) error {
+			mu.Lock()
+			defer mu.Unlock()
+			states = append(states, in)
+			return nil
+		})
+	return &states
+}
+
 func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 	env := newEnv(t)
 	env.RegisterActivity(&activities.Activities{})
+	marked := proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
@@ -116,35 +132,83 @@ func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 	var statuses []supportflow.ActionStatus
 	require.NoError(t, env.GetWorkflowResult(&statuses))
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-retry", State: supportflow.DraftDone}}, *marked,
+		"the execution records its proposal's end")
 }
 
+// The reply's attempt budget runs out on failures that may have landed: the
+// settle asks for a fence first (a write of ours may still land), the
+// execution writes the fence note to the ticket, and the settle after it
+// decides from the audits. The ledger keeps a classified reason, never the
+// service's text; the workflow's status keeps the error.
 func TestExecuteProposal_AttemptBudgetEndsInSettle(t *testing.T) {
 	env := newEnv(t)
 	env.RegisterActivity(&activities.Activities{})
-	var calls attempts
+	marked := proposalStates(env)
+	var (
+		mu    sync.Mutex
+		calls attempts
+		notes []activities.ActionInput
+	)
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			if strings.HasPrefix(in.Key, supportflow.AttentionPrefix) {
+				mu.Lock()
+				notes = append(notes, in)
+				mu.Unlock()
+				return activities.PostReplyResult{CommentID: 99, Source: "posted", State: supportflow.StateApplied}, nil
+			}
 			calls.record(env, ctx)
 			return activities.PostReplyResult{}, errors.New("connection reset by peer")
 		})
-	var settled activities.SettleInput
-	env.OnActivity("SettleAction", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.SettleInput) (string, error) {
-			settled = in
-			return supportflow.StateFailed, nil
-		}).Once()
+	var settled []activities.SettleLegsInput
+	env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.SettleLegsInput) (activities.SettleLegsResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			settled = append(settled, in)
+			if !in.Fenced {
+				return activities.SettleLegsResult{State: supportflow.StateApplying, NeedsFence: true}, nil
+			}
+			return activities.SettleLegsResult{State: supportflow.StateFailed}, nil
+		}).Twice()
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-budget"))
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
 	assert.Len(t, calls.at, 10, "a Zendesk write has a budget of 10 attempts")
-	assert.Equal(t, "p-budget:0", settled.Key)
-	assert.Contains(t, settled.Error, "connection reset by peer", "the last error is what the ledger keeps")
+
+	require.Len(t, settled, 2, "settled, fenced, settled again")
+	for i, in := range settled {
+		assert.Equal(t, "p-budget:0", in.Key, i)
+		assert.Equal(t, int64(42), in.TicketID, i)
+		assert.Equal(t, "a service kept failing", in.Reason, "the ledger keeps a classified reason, never the service's text")
+		assert.True(t, in.ZendeskMayHaveLanded, "a write that kept failing may have landed")
+		assert.False(t, in.HeldBack || in.ResolveOnly || in.GiveUp, i)
+	}
+	assert.False(t, settled[0].Fenced)
+	assert.True(t, settled[1].Fenced, "the second settle comes after the fence")
+	require.Len(t, notes, 1, "one fence note")
+	assert.Equal(t, int64(42), notes[0].Action.TicketID)
+	require.NotNil(t, notes[0].Action.Comment)
+	assert.False(t, notes[0].Action.Comment.Public, "the fence is a private note")
+	assert.Contains(t, notes[0].Action.Comment.Body, "p-budget:0")
+	assert.NotContains(t, notes[0].Action.Comment.Body, "connection reset", "never the service's text")
+
+	var statuses []supportflow.ActionStatus
+	require.True(t, app.HasDetails())
+	require.NoError(t, app.Details(&statuses))
+	require.Len(t, statuses, 1)
+	assert.Equal(t, supportflow.StateFailed, statuses[0].State)
+	assert.Contains(t, statuses[0].Error, "connection reset by peer", "the workflow's status keeps the last error")
+	assert.Equal(t, "a service kept failing", statuses[0].Reason)
+	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-budget", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
 }
 
 func TestExecuteProposal_RetryWaitsAtLeastRetryAfter(t *testing.T) {
 	env := newEnv(t)
 	env.RegisterActivity(&activities.Activities{})
+	proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
@@ -163,6 +227,7 @@ func TestExecuteProposal_RetryWaitsAtLeastRetryAfter(t *testing.T) {
 func TestExecuteProposal_HeartbeatTimeoutStartsANewAttempt(t *testing.T) {
 	env := newEnv(t)
 	env.RegisterActivity(&activities.Activities{})
+	proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
@@ -197,7 +262,8 @@ func TestExecuteProposal_BadInputFailsAtOnceAndRunsNothing(t *testing.T) {
 			env.RegisterActivity(&activities.Activities{})
 			env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(activities.PostReplyResult{}, nil).Never()
 			env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(activities.CancelResult{}, nil).Never()
-			env.OnActivity("SettleAction", mock.Anything, mock.Anything).Return("", nil).Never()
+			env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(activities.SettleLegsResult{}, nil).Never()
+			env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(nil).Never()
 			env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 			err := env.GetWorkflowError()
 			var app *temporal.ApplicationError
@@ -221,12 +287,12 @@ func TestExecuteProposal_AppliesEveryActionExactlyOnce(t *testing.T) {
 	r := newReal(t, env)
 	t1 := r.Zendesk.AddTicket(standin.Ticket{Subject: "Cancel please"})
 	t2 := r.Zendesk.AddTicket(standin.Ticket{Subject: "Thanks"})
-	r.Subscriptions.AddSubscription("sub-1", "cust-1")
-	r.Subscriptions.AddSubscription("sub-2", "cust-1")
+	r.Own(t, t1, standin.DefaultRequesterID, "cust-1", "sub-1", "sub-2")
 	p := supportflow.Proposal{ID: "p-ok", Actions: []supportflow.Action{
 		{TicketID: t1, Comment: &supportflow.Comment{Body: "Done: both plans cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1", "sub-2"}},
 		{TicketID: t2, Comment: &supportflow.Comment{Body: "internal: customer churned", Public: false}},
 	}}
+	r.Approve(t, p)
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 	require.NoError(t, env.GetWorkflowError())
 
@@ -258,7 +324,8 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 		{TicketID: 404404, Comment: &supportflow.Comment{Body: "hello", Public: true}, CancelSubscriptions: []string{"sub-1"}},
 		{TicketID: 404404, Comment: &supportflow.Comment{Body: "never reached", Public: true}},
 	}}
-	r.Subscriptions.AddSubscription("sub-1", "cust-1")
+	r.Own(t, 404404, standin.DefaultRequesterID, "cust-1", "sub-1")
+	r.Approve(t, p)
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 
 	var app *temporal.ApplicationError
@@ -272,7 +339,11 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	a, err := r.Ledger.Get(context.Background(), "p-404:0")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, a.State, "cancelled, but the reply could not be posted")
-	assert.Contains(t, a.LastError, "404")
+	assert.Equal(t, "a service refused it for good", a.LastError, "the settle keeps a classified reason, never the service's text")
+	sub, ok := a.Legs.Find(supportflow.LegCancelSubscription, "sub-1")
+	require.True(t, ok)
+	assert.Equal(t, ledger.LegDone, sub.State)
+	assert.Zero(t, a.CommentID(), "no reply landed")
 	_, err = r.Ledger.Get(context.Background(), "p-404:1")
 	assert.ErrorIs(t, err, ledger.ErrNotFound, "later actions are not started")
 
@@ -281,7 +352,9 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	var statuses []supportflow.ActionStatus
 	require.NoError(t, res.Get(&statuses))
 	assert.Equal(t, supportflow.StatePartialFailure, statuses[0].State)
-	assert.Contains(t, statuses[0].Error, "404")
+	assert.Contains(t, statuses[0].Error, "404", "the workflow's status keeps the refusal")
+	assert.Equal(t, "a service refused it for good", statuses[0].Reason)
+	assert.Equal(t, []string{"sub-1"}, statuses[0].Cancelled)
 	assert.Equal(t, supportflow.StatePending, statuses[1].State)
 }
 
@@ -292,11 +365,16 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	env := newEnv(t)
 	r := newReal(t, env)
 	ticket := r.Zendesk.AddTicket(standin.Ticket{Subject: "Cancel both"})
-	r.Subscriptions.AddSubscription("sub-ok", "cust-1")
+	r.Own(t, ticket, standin.DefaultRequesterID, "cust-1", "sub-ok")
 	// sub-gone is unknown to the service: a 404, which cannot succeed later.
+	// The requester's customer data still lists it, so it is theirs to
+	// cancel, and the cancellation is sent.
+	require.NoError(t, r.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
+		ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: []string{"sub-gone", "sub-ok"}}))
 	p := supportflow.Proposal{ID: "p-partial", Actions: []supportflow.Action{
 		{TicketID: ticket, Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-gone", "sub-ok"}},
 	}}
+	r.Approve(t, p)
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 
 	var app *temporal.ApplicationError
@@ -305,7 +383,8 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	comments := r.Zendesk.Comments(ticket)
 	require.Len(t, comments, 1, "no reply; one note")
 	assert.False(t, comments[0].Public)
-	assert.Contains(t, comments[0].Body, "Cancelled: [sub-ok]", "the note says what was cancelled")
+	assert.Contains(t, comments[0].Body, "Cancelled: sub-ok. Not cancelled: sub-gone.", "the note says what was cancelled and what was not")
+	assert.NotContains(t, comments[0].Body, "not_found", "the note carries a classified reason, never the service's text")
 	assert.Equal(t, 1, r.Subscriptions.Cancellations("sub-ok"), "the other subscription was still cancelled")
 	assert.Equal(t, 1, r.Subscriptions.CancelCalls("sub-gone"), "a permanent refusal is not retried")
 

@@ -8,10 +8,12 @@ import (
 	"context"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
@@ -93,4 +95,60 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	h.Reconciler = &ingest.Reconciler{Store: ingest.NewStore(pool, h.Ledger, Account), Ledger: h.Ledger, Export: zc,
 		Retention: d.Fill().Retention, RequestsPerMinute: 600}
 	return h
+}
+
+// Approver is the name the harness records its approvals under.
+const Approver = "tests"
+
+// Approve records an approval of p by Approver, as the starter does for a
+// proposal an app composed (ExecuteProposal): every leg of an execution
+// checks it (ledger.CheckApproval) before its first write. Approving p
+// again with the same content is a no-op.
+func (h *Harness) Approve(t testing.TB, p supportflow.Proposal) {
+	t.Helper()
+	_, err := h.Ledger.RecordApproval(context.Background(), p, Approver, "", false)
+	require.NoError(t, err)
+}
+
+// ApproveAction approves the proposal of one action that key (index 0)
+// names, for tests that run a leg activity on its own.
+func (h *Harness) ApproveAction(t testing.TB, key string, act supportflow.Action) {
+	t.Helper()
+	proposalID, index, err := supportflow.ParseActionKey(key)
+	require.NoError(t, err)
+	require.Zero(t, index, "ApproveAction approves a proposal of one action: key %s", key)
+	h.Approve(t, supportflow.Proposal{ID: proposalID, Actions: []supportflow.Action{act}})
+}
+
+// ApproveDraft records by's approval (Approver when empty) of the drafted
+// proposal proposalID as it is stored, the way Starter.Approve does before
+// it sends the draft its approve update: the proposal must be awaiting
+// approval, and no other proposal of its ticket may be answering it.
+func (h *Harness) ApproveDraft(t testing.TB, proposalID, by string) {
+	t.Helper()
+	if by == "" {
+		by = Approver
+	}
+	p, err := h.Ledger.GetProposal(context.Background(), proposalID)
+	require.NoError(t, err)
+	_, err = h.Ledger.RecordApproval(context.Background(), p.DraftProposal.Proposal(), by, "", true)
+	require.NoError(t, err)
+}
+
+// Own makes subs customerID's subscriptions and requesterID (the customer)
+// the current requester of ticketID, which is what a cancellation checks
+// before it runs: the ticket's mirror names the requester, the requester's
+// enrichment names the customer and lists subs, and the subscription
+// stand-in has each of subs as the customer's.
+func (h *Harness) Own(t testing.TB, ticketID, requesterID int64, customerID string, subs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := h.Ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticketID, Status: "open",
+		RequesterID: requesterID, UpdatedAt: time.Now()})
+	require.NoError(t, err)
+	require.NoError(t, h.Ledger.PutEnrichment(ctx, ticketID, requesterID,
+		ledger.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
+	for _, sub := range subs {
+		h.Subscriptions.AddSubscription(sub, customerID)
+	}
 }

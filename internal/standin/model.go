@@ -626,14 +626,16 @@ type draftContext struct {
 		// "agent" or "supportflow" ("customer" in older prompts).
 		Author string `json:"author"`
 		Body   string `json:"body"`
+		ID     int64  `json:"id"`
 	} `json:"comments"`
 	ActiveSubscriptions []string `json:"active_subscriptions"`
 }
 
 // draftAnswer is the JSON object the default responder answers.
 type draftAnswer struct {
-	Reply               string   `json:"reply"`
-	CancelSubscriptions []string `json:"cancel_subscriptions"`
+	Reply               string           `json:"reply"`
+	CancelSubscriptions []string         `json:"cancel_subscriptions"`
+	AskedIn             map[string]int64 `json:"asked_in,omitempty"`
 }
 
 // defaultModelAnswer is the deterministic answer described in the package
@@ -661,9 +663,10 @@ func defaultModelAnswer(req ChatRequest) string {
 	}
 
 	var lastCustomer string
+	var lastCustomerID int64
 	for i := len(dc.Comments) - 1; i >= 0; i-- {
 		if a := dc.Comments[i].Author; strings.EqualFold(a, "requester") || strings.EqualFold(a, "customer") {
-			lastCustomer = dc.Comments[i].Body
+			lastCustomer, lastCustomerID = dc.Comments[i].Body, dc.Comments[i].ID
 			break
 		}
 	}
@@ -683,6 +686,12 @@ func defaultModelAnswer(req ChatRequest) string {
 		}
 		fmt.Fprintf(&reply, "I have cancelled your %s %s.", noun, strings.Join(active, ", "))
 		out.CancelSubscriptions = active
+		if lastCustomerID != 0 {
+			out.AskedIn = map[string]int64{}
+			for _, id := range active {
+				out.AskedIn[id] = lastCustomerID
+			}
+		}
 	} else {
 		reply.WriteString("We are looking into it and will follow up shortly.")
 	}

@@ -225,12 +225,23 @@ func manyTickets(n int) string {
 	return strings.Join(ids, ",")
 }
 
+// noDatabase gives approve and retry the PostgreSQL settings they require
+// before they dial (an approval is recorded where the execution's legs
+// check it; a retry reads the proposal), on a port nobody listens on: the
+// pool connects only when used, so a command gets as far as dialing
+// Temporal.
+func noDatabase(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://supportflow@127.0.0.1:1/supportflow")
+	t.Setenv("SUPPORTFLOW_ACCOUNT", "acme")
+}
+
 // Valid input gets past validation, flags before or after the positional
 // arguments, and only then dials: with no server there, the command fails
 // (exit 1) on the connection. This is what TestBadInput_IsAUsageError's
 // "nothing was sent" check relies on.
 func TestValidInput_DialsOnlyAfterValidation(t *testing.T) {
 	noTemporal(t)
+	noDatabase(t)
 	for _, args := range [][]string{
 		{"draft-start", "12"},
 		{"draft-start", "12", "--reason", "click"},
@@ -240,6 +251,7 @@ func TestValidInput_DialsOnlyAfterValidation(t *testing.T) {
 		{"approve", "12", "p-1", "--by", "ada@acme.test"},
 		{"approve", "--by", "ada", "12", "p-1"},
 		{"reject", "12", "p-1", "--by", "bo", "--reason", "wrong tone\nand too long"},
+		{"retry", "p-1"},
 		{"ticket-event", "12", "--kind", "created"},
 		{"ticket-event", "12", "--kind", "updated", "--requester", "7", "--customer-activity"},
 		{"ticket-event", "--customer-activity", "--kind=updated", "12"},
@@ -258,6 +270,33 @@ func TestValidInput_DialsOnlyAfterValidation(t *testing.T) {
 		assert.Equal(t, 1, code, "%q: %s", args, errOut)
 		assert.Contains(t, errOut, "temporal:", "%q", args)
 		assert.Empty(t, out, "%q", args)
+	}
+}
+
+// approve records the approval in PostgreSQL before it tells the draft,
+// and retry reads the proposal there: without DATABASE_URL and
+// SUPPORTFLOW_ACCOUNT each is a usage error (exit 2) that names them, and
+// nothing is sent.
+func TestApproveAndRetry_NeedTheDatabaseBeforeDialing(t *testing.T) {
+	noTemporal(t)
+	for _, env := range []struct{ url, account string }{
+		{"", ""},
+		{"postgres://supportflow@127.0.0.1:1/supportflow", ""},
+		{"", "acme"},
+	} {
+		t.Setenv("DATABASE_URL", env.url)
+		t.Setenv("SUPPORTFLOW_ACCOUNT", env.account)
+		for _, args := range [][]string{
+			{"approve", "12", "p-1"},
+			{"approve", "12", "p-1", "--by", "ada@acme.test"},
+			{"retry", "p-1"},
+		} {
+			code, out, errOut := runCmd(args...)
+			assert.Equal(t, 2, code, "%q %+v: %s", args, env, errOut)
+			assert.Contains(t, errOut, "DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set", "%q %+v", args, env)
+			assert.NotContains(t, errOut, "temporal:", "%q %+v: it never dialed", args, env)
+			assert.Empty(t, out, "%q %+v", args, env)
+		}
 	}
 }
 
