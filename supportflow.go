@@ -233,14 +233,25 @@ func ValidateProposalID(id string) error {
 // ID may start with it.
 const AttentionPrefix = "attention-"
 
+// EnrichmentNotePrefix starts the proposal part of the keys of the private
+// notes the enrichment writes in live mode; no proposal ID may start with
+// it either.
+const EnrichmentNotePrefix = "enrich-"
+
+// NotePrefixes are the reserved prefixes of supportflow's own private
+// notes, which run without an approval.
+var NotePrefixes = []string{AttentionPrefix, EnrichmentNotePrefix}
+
 // Validate checks a proposal before anything is started or written. Every
 // problem is reported as an error wrapping ErrInvalidInput.
 func (p Proposal) Validate() error {
 	if err := ValidateProposalID(p.ID); err != nil {
 		return err
 	}
-	if strings.HasPrefix(p.ID, AttentionPrefix) {
-		return fmt.Errorf("%w: proposal id %q: the prefix %q is reserved for supportflow's notes to the agents", ErrInvalidInput, p.ID, AttentionPrefix)
+	for _, prefix := range NotePrefixes {
+		if strings.HasPrefix(p.ID, prefix) {
+			return fmt.Errorf("%w: proposal id %q: the prefix %q is reserved for supportflow's notes to the agents", ErrInvalidInput, p.ID, prefix)
+		}
 	}
 	if len(p.Actions) == 0 {
 		return fmt.Errorf("%w: proposal %s has no actions", ErrInvalidInput, p.ID)

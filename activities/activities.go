@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,7 +121,7 @@ func (in ActionInput) reserveRequest(claimant, run string, d policy.Durations) l
 // is approved through the API or the starter, which record it in
 // PostgreSQL, never by starting ExecuteProposal on Temporal. The only
 // writes without an approval are supportflow's own private notes to the
-// agents (keys under supportflow.AttentionPrefix, which no proposal ID may
+// agents (keys under supportflow.NotePrefixes, which no proposal ID may
 // use), a private comment and nothing else.
 func (a *Activities) checkApproved(ctx context.Context, in ActionInput) error {
 	if isAttentionNote(in) {
@@ -145,7 +146,7 @@ func (a *Activities) checkApproved(ctx context.Context, in ActionInput) error {
 func isAttentionNote(in ActionInput) bool {
 	proposalID, _, _ := supportflow.ParseActionKey(in.Key)
 	act := in.Action
-	return strings.HasPrefix(proposalID, supportflow.AttentionPrefix) &&
+	return slices.ContainsFunc(supportflow.NotePrefixes, func(p string) bool { return strings.HasPrefix(proposalID, p) }) &&
 		act.Comment != nil && !act.Comment.Public && len(act.CancelSubscriptions) == 0 && act.UpdateTicket == nil
 }
 

@@ -241,3 +241,107 @@ func TestPostReply_TicketUpdateKeepsATagAddedMeanwhile(t *testing.T) {
 	assert.Equal(t, ledger.LegDone, upd.State)
 	assert.Equal(t, fmt.Sprint(r.AuditID), upd.ExternalID)
 }
+
+// A leg refuses, before any write or call, an action that was never
+// approved or is not what was approved: NotApproved, never retried. The
+// same action approved as it is runs.
+func TestLegs_RefuseWhatWasNotApproved(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
+	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-1")
+	act := supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "Cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1"}}
+	refused := func(name string, in activities.ActionInput) {
+		t.Helper()
+		for leg, run := range map[string]any{"CancelSubscriptions": f.acts.CancelSubscriptions, "PostReply": f.acts.PostReply} {
+			_, err := f.env.ExecuteActivity(run, in)
+			app := appErr(t, err)
+			assert.Equal(t, supportflow.ErrTypeNotApproved, app.Type(), "%s: %s", name, leg)
+			assert.True(t, app.NonRetryable(), "%s: %s", name, leg)
+		}
+	}
+	refused("never approved", activities.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
+	other := act
+	other.Comment = &supportflow.Comment{Body: "Cancelled, and refunded.", Public: true}
+	f.h.ApproveAction(t, "p1:0", other)
+	refused("other content", activities.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
+	elsewhere := other
+	elsewhere.TicketID = f.zd.AddTicket(standin.Ticket{Subject: "y"})
+	refused("another ticket", activities.ActionInput{Key: "p1:0", Action: elsewhere, ReplyLast: true})
+
+	var rows int
+	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT count(*) FROM action`).Scan(&rows))
+	assert.Zero(t, rows, "nothing was reserved")
+	assert.Zero(t, f.zd.TotalComments())
+	assert.Zero(t, f.zd.Requests("GET", "/api/v2/tickets/"), "Zendesk was not asked")
+	assert.Zero(t, f.subs.Requests("", "/v1/subscriptions/"), "nor the subscription service")
+
+	in := activities.ActionInput{Key: "p2:0", Action: act, ReplyLast: true}
+	f.h.ApproveAction(t, in.Key, in.Action)
+	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
+	require.NoError(t, err)
+	_, err = f.env.ExecuteActivity(f.acts.PostReply, in)
+	require.NoError(t, err)
+	assert.Equal(t, 1, f.subs.Cancellations("sub-1"))
+	assert.Equal(t, 1, f.zd.CommentCount(ticket))
+	assert.Equal(t, supportflow.StateApplied, f.action(t, "p2:0").State)
+}
+
+// supportflow's own private notes to the agents (keys under
+// supportflow.AttentionPrefix) need no approval; anything else under that
+// prefix, a public comment say, does.
+func TestPostReply_AgentsNoteNeedsNoApproval(t *testing.T) {
+	f := newFixture(t)
+	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
+	note := activities.ActionInput{Key: supportflow.AttentionPrefix + "0123abcd:0",
+		Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "The reply was held back.", Public: false}}}
+	_, err := f.env.ExecuteActivity(f.acts.PostReply, note)
+	require.NoError(t, err)
+	require.Equal(t, 1, f.zd.CommentCount(ticket))
+	assert.False(t, f.zd.Comments(ticket)[0].Public)
+
+	public := activities.ActionInput{Key: supportflow.AttentionPrefix + "4567ef:0",
+		Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "Hello customer.", Public: true}}}
+	_, err = f.env.ExecuteActivity(f.acts.PostReply, public)
+	assert.Equal(t, supportflow.ErrTypeNotApproved, appErr(t, err).Type(), "a public comment is no note to the agents")
+	assert.Equal(t, 1, f.zd.CommentCount(ticket))
+}
+
+// A cancellation runs only on the ticket's requester's subscriptions: one
+// the service says is another customer's is refused before any call and
+// recorded failed with the reason, the requester's own is still
+// cancelled, and the activity fails Rejected carrying what was cancelled
+// (so the workflow holds the reply back and says so).
+func TestCancelSubscriptions_RefusesAnotherCustomersSubscription(t *testing.T) {
+	f := newFixture(t)
+	const ticket = int64(5)
+	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-ada")
+	f.subs.AddSubscription("sub-bo", "cus-bo")
+	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+		Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-bo", "sub-ada"}}}
+	f.h.ApproveAction(t, in.Key, in.Action)
+
+	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
+	app := appErr(t, err)
+	assert.Equal(t, supportflow.ErrTypeRejected, app.Type())
+	assert.True(t, app.NonRetryable())
+	assert.Contains(t, app.Error(), "sub-bo")
+	var res activities.CancelResult
+	require.True(t, app.HasDetails(), "the refusal carries what was cancelled")
+	require.NoError(t, app.Details(&res))
+	assert.Equal(t, []string{"sub-ada"}, res.Cancelled)
+	assert.Equal(t, []string{"sub-ada"}, res.Called, "sub-bo was never sent")
+
+	assert.Zero(t, f.subs.CancelCalls("sub-bo"))
+	assert.Equal(t, standin.SubscriptionActive, f.subs.Status("sub-bo"))
+	assert.Equal(t, 1, f.subs.Cancellations("sub-ada"))
+	a := f.action(t, "p1:0")
+	bo, ok := a.Legs.Find(supportflow.LegCancelSubscription, "sub-bo")
+	require.True(t, ok)
+	assert.Equal(t, ledger.LegFailed, bo.State)
+	assert.Contains(t, bo.LastError, "belongs to customer cus-bo, not to customer cus-ada")
+	assert.Zero(t, bo.Calls, "a refusal is not a call")
+	ada, _ := a.Legs.Find(supportflow.LegCancelSubscription, "sub-ada")
+	assert.Equal(t, ledger.LegDone, ada.State)
+	assert.Equal(t, []string{fmt.Sprint(ticket)}, a.Legs.InState(supportflow.LegReply, ledger.LegPending), "the reply is held back")
+	assert.Nil(t, a.LeaseExpiresAt, "a refusal releases the claim")
+}

@@ -20,9 +20,10 @@ import (
 type SettleLegsInput struct {
 	Key      string `json:"key"`
 	TicketID int64  `json:"ticket_id"`
-	// Reason is the failure, classified (never a receiver's body), kept as
-	// the action's last error.
-	Reason string `json:"reason,omitempty"`
+	// Error is the failure, kept as the action's last error for operators
+	// (GET /actions/{key}); the notes and the redraft say a classified
+	// reason instead, never this.
+	Error string `json:"error,omitempty"`
 	// HeldBack: the reply was held back because a cancellation was refused
 	// for good (needs_attention).
 	HeldBack bool `json:"held_back,omitempty"`
@@ -147,7 +148,7 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 	case in.GiveUp:
 		mode = ledger.SettleGiveUp
 	}
-	settled, err := a.Ledger.Settle(ctx, ledger.SettleRequest{Key: in.Key, TicketID: in.TicketID, Error: text.Clip(in.Reason, 4000),
+	settled, err := a.Ledger.Settle(ctx, ledger.SettleRequest{Key: in.Key, TicketID: in.TicketID, Error: text.Clip(in.Error, 4000),
 		Outcomes: outcomes, HeldBack: in.HeldBack, Mode: mode, Run: activity.GetInfo(ctx).WorkflowExecution.RunID})
 	if err != nil {
 		return SettleLegsResult{}, reserveError(err)
@@ -172,7 +173,10 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 
 // resultOf reads a settle's result off the recorded action.
 func resultOf(row ledger.Action, needsFence bool) SettleLegsResult {
-	out := SettleLegsResult{State: row.State, NeedsFence: needsFence, AllCancelled: true}
+	legs := row.Legs.Of(supportflow.LegCancelSubscription)
+	// No cancellation leg recorded (every attempt failed before its
+	// reserve) is not "every cancellation landed".
+	out := SettleLegsResult{State: row.State, NeedsFence: needsFence, AllCancelled: len(legs) > 0}
 	for _, l := range row.Legs {
 		switch {
 		case l.Kind == supportflow.LegCancelSubscription && l.State == ledger.LegDone:

@@ -223,11 +223,26 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("ledger: check approval of %s: %w", key, err)
 	}
-	if rowDigest != nil && *rowDigest == digest {
-		return nil
+	if rowDigest != nil {
+		if *rowDigest == digest {
+			return nil
+		}
+		return fmt.Errorf("%w: action %s is not what was approved (ticket, reply, subscriptions or ticket update differ)", ErrNotApproved, key)
 	}
 	p, err := l.GetProposal(ctx, proposalID)
 	if errors.Is(err, ErrNotFound) {
+		// A proposal an app composed, carried over while its execution
+		// was under way: an earlier action reserved before the upgrade
+		// means this one was approved with it (its first reserve pins its
+		// content, checked above from then on).
+		var underWay bool
+		if err := l.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM action WHERE account = $1 AND proposal_id = $2)`,
+			l.account, proposalID).Scan(&underWay); err != nil {
+			return fmt.Errorf("ledger: check approval of %s: %w", key, err)
+		}
+		if underWay {
+			return nil
+		}
 		return fmt.Errorf("%w: action %s was never started before approvals were recorded, and no proposal is stored for it", ErrNotApproved, key)
 	}
 	if err != nil {

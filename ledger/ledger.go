@@ -276,6 +276,7 @@ func (l *Ledger) Reserve(ctx context.Context, req ReserveRequest) (Reservation, 
 			attempts   int
 			digest     *string
 			settledRun *string
+			leased     bool // a lease is set (live or expired), not released
 		)
 		// One round trip: take the ticket lock, create the row and its legs
 		// if absent (correct when 50 attempts race for one key), and read
@@ -289,9 +290,9 @@ ON CONFLICT (account, key) DO NOTHING`, l.account, req.Key, proposalID, index, r
 		b.Queue(`
 SELECT id, ticket_id, state, claimant,
        CASE WHEN lease_expires_at > now() THEN lease_expires_at - now() END,
-       attempts, created_at, content_digest, settled_run
+       attempts, created_at, content_digest, settled_run, lease_expires_at IS NOT NULL
 FROM action WHERE account = $1 AND key = $2 FOR UPDATE`, l.account, req.Key).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&res.ID, &ticketID, &state, &claimant, &remaining, &attempts, &res.ReservedAt, &digest, &settledRun)
+			return row.Scan(&res.ID, &ticketID, &state, &claimant, &remaining, &attempts, &res.ReservedAt, &digest, &settledRun, &leased)
 		})
 		// Legs are created only for an action that has none yet (a row
 		// created by SettleFailed has none), never added to an existing
@@ -332,7 +333,7 @@ WHERE a.account = $1 AND a.key = $2
 		if state == supportflow.StateApplying && remaining != nil && claimant != nil && *claimant != req.Claimant {
 			return &LeaseHeldError{Key: req.Key, Claimant: *claimant, ExpiresIn: *remaining}
 		}
-		res.TookOver = state == supportflow.StateApplying && claimant != nil && *claimant != req.Claimant && remaining == nil
+		res.TookOver = state == supportflow.StateApplying && claimant != nil && *claimant != req.Claimant && remaining == nil && leased
 		res.PriorAttempts = attempts
 		_, err := tx.Exec(ctx, `
 UPDATE action SET state = 'applying', claimant = $2, lease_expires_at = now() + $3::interval,

@@ -14,15 +14,16 @@ const pruneBatch = 5000
 type Pruned map[string]int64
 
 // Prune deletes this account's terminal rows last changed before cutoff:
-// actions that are applied, failed or partial_failure (with their
-// cancellation rows) and proposals that are done, rejected, superseded,
-// expired or failed, except a ticket's newest proposal. A row still
+// actions that are applied, failed, partial_failure or needs_attention
+// (with their legs) and proposals that are done, rejected, superseded,
+// expired or failed, except a ticket's newest proposal; and approvals of
+// which neither the proposal nor an action is left. A row still
 // pending or applying, or a proposal awaiting approval or executing, is
 // never deleted, however old.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
 	out := Pruned{}
 	for table, where := range map[string]string{
-		"action": `state IN ('applied', 'failed', 'partial_failure')`,
+		"action": `state IN ('applied', 'failed', 'partial_failure', 'needs_attention')`,
 		// A ticket's newest proposal is kept however old: the scan reads it
 		// as "this comment was already drafted", and deleting it would
 		// draft a month-old message again.
@@ -37,7 +38,13 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
 			return out, err
 		}
 	}
-	return out, nil
+	// An approval goes once nothing of its proposal is left to run or
+	// retry: its proposal and its actions are gone.
+	n, err := pruneTable(ctx, l.db, "approval", l.account, `
+NOT EXISTS (SELECT 1 FROM proposal p WHERE p.account = approval.account AND p.proposal_id = approval.proposal_id)
+AND NOT EXISTS (SELECT 1 FROM action a WHERE a.account = approval.account AND a.proposal_id = approval.proposal_id)`, "approved_at", cutoff)
+	out["approval"] = n
+	return out, err
 }
 
 // pruneTable deletes matching rows in batches until none are left. table,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -85,4 +86,80 @@ FROM action_leg WHERE action_id = $1 ORDER BY position`, id)
 	states, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	assert.Equal(t, []string{"cancelled", "failed", "unknown"}, states)
+}
+
+// Migration 8 carries over the approvals of executions under way at the
+// upgrade, so they finish under the new check: a drafted proposal that
+// was approved (executing, done or failed) keeps its approver, and an
+// action reserved by the old release (an app's proposal, which has no
+// proposal row) is approved as 'before-approvals'. Proposals nobody
+// approved and supportflow's own notes are not; nothing carried over has
+// digests. Going down drops the table and the settled run.
+func TestApprovalMigration_CarriesOverExecutionsUnderWay(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+
+	require.NoError(t, migrateTo(ctx, conn, 7))
+	_, err = conn.Exec(ctx, `
+INSERT INTO proposal (account, proposal_id, ticket_id, state, reply, conversation_through, decided_by) VALUES
+  ('acme', 'p-exec', 42, 'executing', 'r', now(), 'ada@acme.test'),
+  ('acme', 'p-done', 43, 'done', 'r', now(), NULL),
+  ('acme', 'p-failed', 44, 'failed', 'r', now(), ''),
+  ('acme', 'p-await', 45, 'awaiting_approval', 'r', now(), NULL),
+  ('acme', 'p-rejected', 46, 'rejected', 'r', now(), 'bo'),
+  ('other', 'p-exec', 47, 'executing', 'r', now(), 'cy')`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `
+INSERT INTO action (account, key, proposal_id, action_index, ticket_id, state, created_at) VALUES
+  ('acme', 'p-exec:0', 'p-exec', 0, 42, 'applying', now()),
+  ('acme', 'p-app:0', 'p-app', 0, 51, 'applied', now() - interval '1 hour'),
+  ('acme', 'p-app:1', 'p-app', 1, 50, 'applying', now()),
+  ('acme', 'attention-0123abcd:0', 'attention-0123abcd', 0, 42, 'applied', now())`)
+	require.NoError(t, err)
+
+	require.NoError(t, migrateTo(ctx, conn, 8))
+	type approval struct {
+		Account, ProposalID string
+		TicketID            int64
+		Digests             []string
+		ApprovedBy          string
+		OnBehalfOf          *string
+	}
+	rows, err := conn.Query(ctx, `SELECT account, proposal_id, ticket_id, action_digests, approved_by, on_behalf_of
+FROM approval ORDER BY account, proposal_id`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[approval])
+	require.NoError(t, err)
+	assert.Equal(t, []approval{
+		{"acme", "p-app", 50, nil, "before-approvals", nil},
+		{"acme", "p-done", 43, nil, "before-approvals", nil},
+		{"acme", "p-exec", 42, nil, "ada@acme.test", nil},
+		{"acme", "p-failed", 44, nil, "before-approvals", nil},
+		{"other", "p-exec", 47, nil, "cy", nil},
+	}, got, "approved proposals and reserved actions, per account; not p-await, p-rejected or the agents' note")
+
+	var appApprovedAt, firstReserved time.Time
+	require.NoError(t, conn.QueryRow(ctx, `SELECT approved_at FROM approval WHERE account = 'acme' AND proposal_id = 'p-app'`).Scan(&appApprovedAt))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT created_at FROM action WHERE key = 'p-app:0'`).Scan(&firstReserved))
+	assert.True(t, appApprovedAt.Equal(firstReserved), "approved when its first action was reserved")
+
+	var settledRun *string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT settled_run FROM action WHERE key = 'p-exec:0'`).Scan(&settledRun))
+	assert.Nil(t, settledRun, "no action was settled by a known run")
+
+	require.NoError(t, migrateTo(ctx, conn, 7))
+	var tables, columns int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'approval'`).Scan(&tables))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'action' AND column_name = 'settled_run'`).Scan(&columns))
+	assert.Zero(t, tables, "down drops the approvals")
+	assert.Zero(t, columns, "and the settled run")
+	var actions int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM action`).Scan(&actions))
+	assert.Equal(t, 4, actions, "and keeps the actions")
+
+	v, err := Migrate(ctx, conn)
+	require.NoError(t, err, "up again")
+	assert.GreaterOrEqual(t, v, int32(8))
 }

@@ -172,6 +172,12 @@ func (s *Starter) runningDraftState(ctx context.Context, ticketID int64) string 
 			state = v
 		}
 	}
+	switch state {
+	case supportflow.DraftRejected, supportflow.DraftExpired, supportflow.DraftDone:
+		// Ending, and never drafting again from there (a failed or
+		// superseded draft may continue as new: still refused).
+		return ""
+	}
 	return state
 }
 

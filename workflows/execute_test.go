@@ -182,7 +182,7 @@ func TestExecuteProposal_AttemptBudgetEndsInSettle(t *testing.T) {
 	for i, in := range settled {
 		assert.Equal(t, "p-budget:0", in.Key, i)
 		assert.Equal(t, int64(42), in.TicketID, i)
-		assert.Equal(t, "a service kept failing", in.Reason, "the ledger keeps a classified reason, never the service's text")
+		assert.Contains(t, in.Error, "connection reset by peer", "the ledger keeps the error for operators")
 		assert.True(t, in.ZendeskMayHaveLanded, "a write that kept failing may have landed")
 		assert.False(t, in.HeldBack || in.ResolveOnly || in.GiveUp, i)
 	}
@@ -339,7 +339,7 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	a, err := r.Ledger.Get(context.Background(), "p-404:0")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StatePartialFailure, a.State, "cancelled, but the reply could not be posted")
-	assert.Equal(t, "a service refused it for good", a.LastError, "the settle keeps a classified reason, never the service's text")
+	assert.Contains(t, a.LastError, "404", "the ledger keeps the receiver's refusal for operators")
 	sub, ok := a.Legs.Find(supportflow.LegCancelSubscription, "sub-1")
 	require.True(t, ok)
 	assert.Equal(t, ledger.LegDone, sub.State)
@@ -395,4 +395,118 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	assert.Equal(t, "failed", a.Legs.Of(supportflow.LegCancelSubscription)[0].State)
 	assert.Contains(t, a.Legs.Of(supportflow.LegCancelSubscription)[0].LastError, "404")
 	assert.Equal(t, "done", a.Legs.Of(supportflow.LegCancelSubscription)[1].State)
+}
+
+// lostCancellation mocks a cancellation leg whose every attempt lost its
+// answer after sub-1 was recorded cancelled, and records the settles and
+// the Zendesk writes the execution asks for; look is what the quick look
+// (SettleLegs with ResolveOnly) finds, final what the final settle does.
+type lostCancellation struct {
+	mu      sync.Mutex
+	settles []activities.SettleLegsInput
+	writes  []activities.ActionInput
+}
+
+func mockLostCancellation(env *testsuite.TestWorkflowEnvironment, look, final activities.SettleLegsResult) *lostCancellation {
+	m := &lostCancellation{}
+	env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.CancelResult, error) {
+			return activities.CancelResult{Cancelled: []string{"sub-1"}}, errors.New("subscription sub-2: connection reset by peer")
+		})
+	env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.SettleLegsInput) (activities.SettleLegsResult, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.settles = append(m.settles, in)
+			if in.ResolveOnly {
+				return look, nil
+			}
+			return final, nil
+		})
+	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.writes = append(m.writes, in)
+			return activities.PostReplyResult{CommentID: int64(70 + len(m.writes)), Source: "posted", State: supportflow.StateApplied}, nil
+		})
+	return m
+}
+
+func cancelBothProposal(id string) supportflow.Proposal {
+	return supportflow.Proposal{ID: id, Actions: []supportflow.Action{{TicketID: 42,
+		Comment: &supportflow.Comment{Body: "Both plans are cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1", "sub-2"}}}}
+}
+
+// The cancellation's retries ran out on lost answers, but the service says
+// every cancellation landed: the reply still goes out, and the action and
+// its proposal end done.
+func TestExecuteProposal_LostAnswersThatLandedStillSendTheReply(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	marked := proposalStates(env)
+	m := mockLostCancellation(env,
+		activities.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1", "sub-2"}, AllCancelled: true},
+		activities.SettleLegsResult{})
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, cancelBothProposal("p-lost"))
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Len(t, m.settles, 1, "one quick look, no final settle")
+	assert.Equal(t, activities.SettleLegsInput{Key: "p-lost:0", TicketID: 42, ResolveOnly: true}, m.settles[0])
+	require.Len(t, m.writes, 1, "the reply, and no note")
+	assert.Equal(t, "p-lost:0", m.writes[0].Key)
+	assert.True(t, m.writes[0].ReplyLast)
+	assert.True(t, m.writes[0].Action.Comment.Public)
+
+	var statuses []supportflow.ActionStatus
+	require.NoError(t, env.GetWorkflowResult(&statuses))
+	require.Len(t, statuses, 1)
+	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
+	assert.Equal(t, []string{"sub-1", "sub-2"}, statuses[0].Cancelled)
+	assert.Equal(t, int64(71), statuses[0].CommentID)
+	assert.Empty(t, statuses[0].Reason)
+	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-lost", State: supportflow.DraftDone}}, *marked)
+}
+
+// The service cannot say whether sub-2 was cancelled: the reply is held
+// back, the final settle ends the action needs_attention, and the agents'
+// note says what the ledger recorded (cancelled, not cancelled, unknown)
+// with a classified reason, never the service's text.
+func TestExecuteProposal_UnresolvedCancellationHoldsTheReplyBack(t *testing.T) {
+	env := newEnv(t)
+	env.RegisterActivity(&activities.Activities{})
+	marked := proposalStates(env)
+	m := mockLostCancellation(env,
+		activities.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}},
+		activities.SettleLegsResult{State: supportflow.StateNeedsAttention, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}})
+	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, cancelBothProposal("p-held"))
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
+
+	require.Len(t, m.settles, 2, "the quick look, then the final settle")
+	assert.True(t, m.settles[0].ResolveOnly)
+	final := m.settles[1]
+	assert.False(t, final.ResolveOnly)
+	assert.True(t, final.HeldBack, "the reply was held back")
+	assert.False(t, final.ZendeskMayHaveLanded, "the reply was never sent")
+	assert.NotEmpty(t, final.Error, "the error is kept for operators")
+
+	require.Len(t, m.writes, 1, "no reply; one note")
+	note := m.writes[0]
+	assert.True(t, strings.HasPrefix(note.Key, supportflow.AttentionPrefix))
+	assert.False(t, note.Action.Comment.Public)
+	assert.Equal(t, "supportflow did not send the approved reply (action p-held:0): a cancellation could not be done "+
+		"(a service kept failing), so the reply would have promised what did not happen. Cancelled: sub-1. Not cancelled: none. "+
+		"Outcome unknown (check the subscription service): cancel_subscription sub-2. "+
+		"The customer has not been answered; a new draft follows.", note.Action.Comment.Body)
+	assert.NotContains(t, note.Action.Comment.Body, "connection reset")
+
+	var statuses []supportflow.ActionStatus
+	require.NoError(t, app.Details(&statuses))
+	require.Len(t, statuses, 1)
+	assert.Equal(t, supportflow.StateNeedsAttention, statuses[0].State)
+	assert.Equal(t, []string{"sub-1"}, statuses[0].Cancelled)
+	assert.Equal(t, []string{"cancel_subscription sub-2"}, statuses[0].Unknown)
+	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-held", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/worker"
 
@@ -22,20 +23,21 @@ import (
 // the command sequence, version it with workflow.GetVersion and record a
 // new history beside the old ones.
 //
-// The replayer reads payloads as the workers do, through the payload
-// codec: the histories written before it (plain JSON payloads) pass
-// through it unchanged, and the ones written since are sealed with the
-// published test keys in testdata/payload-keys (some under a key that was
-// rotated out mid-run).
+// The replayer reads payloads through the payload codec with the
+// published test keys in testdata/payload-keys: the histories written
+// since the codec are sealed with them (some under a key that was rotated
+// out mid-run), and the ones written before it hold plain JSON payloads.
+// Workers refuse unsealed payloads by default (codec.ErrUnsealed), so this
+// replayer admits them explicitly (codec.WithAdmitUnsealed), as a worker
+// does with SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS=true while such histories
+// drain: these committed histories stand for every run open at a deploy,
+// and they must keep replaying.
 func TestReplay_CommittedHistories(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
-	keyFile, err := os.ReadFile("testdata/payload-keys")
-	require.NoError(t, err)
-	keys, err := codec.ParseKeyring(string(keyFile), "testdata/payload-keys")
-	require.NoError(t, err)
-	dc := codec.DataConverter(keys)
+	keys := testKeys(t)
+	dc := codec.DataConverter(keys, codec.WithAdmitUnsealed(true))
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
@@ -46,4 +48,39 @@ func TestReplay_CommittedHistories(t *testing.T) {
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
 		})
 	}
+}
+
+func testKeys(t *testing.T) *codec.Keyring {
+	t.Helper()
+	keyFile, err := os.ReadFile("testdata/payload-keys")
+	require.NoError(t, err)
+	keys, err := codec.ParseKeyring(string(keyFile), "testdata/payload-keys")
+	require.NoError(t, err)
+	return keys
+}
+
+// A history sealed throughout replays with the strict converter a worker
+// has by default (nil values, failures and all), and one recorded before
+// the codec does not, which is why TestReplay_CommittedHistories admits
+// unsealed payloads: its plain input is refused with ErrUnsealed, naming
+// the setting that admits it. (Only the first workflow task is replayed
+// for the error: over a whole history the SDK goes on to match the later
+// events against a workflow that never started and reports that mismatch
+// instead; the task fails either way, and no workflow code runs.)
+func TestReplay_StrictConverter(t *testing.T) {
+	dc := codec.DataConverter(testKeys(t))
+	replayer := func() worker.WorkflowReplayer {
+		r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+			DataConverter: dc, FailureConverter: codec.FailureConverter(dc),
+		})
+		require.NoError(t, err)
+		(&workflows.Workflows{}).Register(r)
+		return r
+	}
+	require.NoError(t, replayer().ReplayWorkflowHistoryFromJSONFile(nil, "testdata/draft_reply_key_rotated.json"),
+		"sealed under the codec: the strict converter reads it")
+	err := replayer().ReplayPartialWorkflowHistoryFromJSONFile(nil, "testdata/draft_reply_approved_done.json", 4)
+	require.ErrorIs(t, err, codec.ErrUnsealed, "recorded before the codec: its plain input is refused")
+	assert.ErrorContains(t, err, codec.EnvAdmitUnsealed)
+	require.Error(t, replayer().ReplayWorkflowHistoryFromJSONFile(nil, "testdata/draft_reply_approved_done.json"))
 }

@@ -84,7 +84,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		sctx, _ = workflow.NewDisconnectedContext(ctx)
 	}
 	heldBack := cancelErr != nil && act.Comment != nil
-	settle := activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Reason: st.Reason, HeldBack: heldBack,
+	settle := activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error, HeldBack: heldBack,
 		ZendeskMayHaveLanded: zendeskTried && !isRefusal(replyErr)}
 	res, err := w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true)
 	if err == nil && res.NeedsFence {
@@ -175,7 +175,7 @@ func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, b
 	if err == nil {
 		return nil
 	}
-	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Reason: failureReason(err), Fenced: true,
+	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Error: errorMessage(err), Fenced: true,
 		ZendeskMayHaveLanded: !isRefusal(err)}
 	if _, serr := w.settleLegs(ctx, settle, 0, true); serr != nil {
 		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error", serr)

@@ -6,9 +6,10 @@ import (
 	"slices"
 )
 
-// The codec server: POST /codec/encode and /codec/decode, Temporal's codec
-// server protocol (codec.Codec.Handler), for the Web UI and the temporal
-// CLI to show payloads in the clear to whoever holds a codec token.
+// The codec server: POST /codec/decode, and POST /codec/encode when
+// enabled, Temporal's codec server protocol (codec.Codec.Handler), for the
+// Web UI and the temporal CLI to show payloads in the clear to whoever
+// holds a codec token.
 //
 // Who gets what:
 //   - a request without a valid bearer token from Config.CodecTokens: 401;
@@ -17,7 +18,15 @@ import (
 //     use a codec token a browser holds;
 //   - an X-Namespace other than the worker's namespace: 403 (these keys
 //     seal one namespace's payloads);
-//   - a body over Config.MaxCodecBody: 413.
+//   - a body over Config.MaxCodecBody: 413;
+//   - POST /codec/encode unless Config.Codec.AllowEncode
+//     (SUPPORTFLOW_CODEC_ALLOW_ENCODE): 403. Displaying histories needs
+//     decode only (the Web UI and `temporal workflow show` call
+//     {endpoint}/decode); encode would let a codec token seal an input of
+//     its holder's choosing for the workers to run
+//     (https://docs.temporal.io/codec-server). Decode shows payloads that
+//     are not sealed (histories from before payload encryption) as they
+//     are.
 //
 // Preflights (OPTIONS) from an allowed origin are answered without a token,
 // as browsers send none with them. Every request is logged with the token's

@@ -76,9 +76,10 @@ func TestCodec_RoundTrip(t *testing.T) {
 }
 
 // Payloads written before the codec (the committed histories, runs open at
-// the deploy) read as they are.
-func TestCodec_PlainPayloadsPassThrough(t *testing.T) {
-	c := &codec.Codec{Keys: ring(t, "k1:"+newKey())}
+// the deploy) read as they are when unsealed payloads are admitted; by
+// default they are refused (unsealed_test.go).
+func TestCodec_PlainPayloadsPassThroughWhenAdmitted(t *testing.T) {
+	c := &codec.Codec{Keys: ring(t, "k1:"+newKey()), AdmitUnsealed: true}
 	plain := jsonPayload(t, map[string]string{"reply": "hello"})
 	out, err := c.Decode([]*commonpb.Payload{plain})
 	require.NoError(t, err)

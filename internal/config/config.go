@@ -36,6 +36,7 @@ var Vars = slices.Concat([]Var{
 	{Name: "SUPPORTFLOW_TASK_QUEUE", Default: "supportflow", Help: "task queue the worker polls and the starter starts on"},
 	{Name: "SUPPORTFLOW_PAYLOAD_KEYS", Help: "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, worker api and starter", Secret: true},
 	{Name: "SUPPORTFLOW_PAYLOAD_KEYS_FILE", Help: "file with the payload keys instead, one ID:BASE64KEY a line (a mounted secret)"},
+	{Name: codec.EnvAdmitUnsealed, Default: "false", Help: "true admits Temporal payloads that are not sealed (plain JSON) into the worker, worker api and starter, for histories written before payload encryption while they drain; false refuses them, so a workflow started or signalled around supportflow's starter and API (which seal) does not run"},
 	{Name: "ZENDESK_URL", Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
 	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
 	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
@@ -86,6 +87,10 @@ type Worker struct {
 	EnrichmentMode     string
 	// PayloadKeys seal every payload the worker sends to Temporal.
 	PayloadKeys *codec.Keyring
+	// AdmitUnsealedPayloads lets the worker take payloads that are not
+	// sealed (SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS); false refuses them
+	// with codec.ErrUnsealed.
+	AdmitUnsealedPayloads bool
 	// ReplyUpdate is the ticket update every drafted reply carries (nil:
 	// none), from SUPPORTFLOW_REPLY_STATUS and SUPPORTFLOW_REPLY_TAGS.
 	ReplyUpdate  *supportflow.TicketUpdate
@@ -300,7 +305,33 @@ func LoadWorker() (Worker, error) {
 	if c.PayloadKeys, err = PayloadKeys(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloads(); err != nil {
+		errs = append(errs, err)
+	}
 	return c, errors.Join(errs...)
+}
+
+// AdmitUnsealedPayloads reads SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (false
+// when unset): whether a process's data converter admits payloads that
+// are not sealed (codec.WithAdmitUnsealed). The worker, worker api and
+// starter read it.
+func AdmitUnsealedPayloads() (bool, error) {
+	return boolVar(codec.EnvAdmitUnsealed, false)
+}
+
+// boolVar reads a boolean variable: def when unset or empty, else true or
+// false (also 1/0, t/f, TRUE/FALSE, as strconv.ParseBool spells them).
+// Anything else is an error naming the variable.
+func boolVar(name string, def bool) (bool, error) {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("%w: %s must be true or false", ErrConfig, name)
+	}
+	return b, nil
 }
 
 // PayloadKeys reads the payload keyring (SUPPORTFLOW_PAYLOAD_KEYS or
@@ -373,6 +404,7 @@ var APIVars = []Var{
 	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server", Secret: true},
 	{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
+	{Name: codec.EnvAllowEncode, Default: "false", Help: "true also serves POST /codec/encode, which seals whatever payloads a codec token holder sends (the temporal CLI's start and signal with --codec-endpoint, the Web UI's start and signal forms); false answers it 403, so the codec server only decodes, which is all displaying histories needs"},
 }
 
 // API is the HTTP API's configuration.
@@ -392,10 +424,18 @@ type API struct {
 	// PayloadKeys seal the payloads the API sends and open the ones it
 	// reads; the codec server uses them too.
 	PayloadKeys *codec.Keyring
+	// AdmitUnsealedPayloads lets the API's client read payloads that are
+	// not sealed (SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS); the codec server
+	// decodes them whatever it says.
+	AdmitUnsealedPayloads bool
 	// CodecTokens and CodecOrigins configure the codec server (none
 	// without tokens).
 	CodecTokens  []string
 	CodecOrigins []string
+	// CodecAllowEncode makes the codec server serve /codec/encode
+	// (SUPPORTFLOW_CODEC_ALLOW_ENCODE); false answers it 403.
+	CodecAllowEncode bool
+
 	LogLevel     string
 	MetricsAddr  string
 	OTLPEndpoint string
@@ -454,6 +494,12 @@ func LoadAPI() (API, error) {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RELAY_INTERVAL must be a positive duration", ErrConfig))
 	}
 	if c.PayloadKeys, err = PayloadKeys(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloads(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CodecAllowEncode, err = boolVar(codec.EnvAllowEncode, false); err != nil {
 		errs = append(errs, err)
 	}
 	c.CodecTokens = splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS"))

@@ -276,3 +276,94 @@ func TestReplyUpdate(t *testing.T) {
 		assert.ErrorContains(t, err, "SUPPORTFLOW_REPLY_STATUS", "%v", bad)
 	}
 }
+
+// Unsealed payloads are refused unless SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS
+// says otherwise, in the worker, the API and the starter alike; a value
+// that is not a boolean stops the start by the variable's name.
+func TestAdmitUnsealedPayloads(t *testing.T) {
+	setAll(t)
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "helpdesk:app:a-token-of-sixteen-chars")
+	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
+	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
+	for _, unset := range []string{"", "  "} {
+		t.Setenv("SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS", unset)
+		w, err := LoadWorker()
+		require.NoError(t, err)
+		assert.False(t, w.AdmitUnsealedPayloads, "refused by default")
+		a, err := LoadAPI()
+		require.NoError(t, err)
+		assert.False(t, a.AdmitUnsealedPayloads)
+		admit, err := AdmitUnsealedPayloads()
+		require.NoError(t, err)
+		assert.False(t, admit)
+	}
+	for v, want := range map[string]bool{"true": true, "TRUE": true, "1": true, " true ": true, "false": false, "0": false} {
+		t.Setenv("SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS", v)
+		w, err := LoadWorker()
+		require.NoError(t, err, v)
+		assert.Equal(t, want, w.AdmitUnsealedPayloads, v)
+		a, err := LoadAPI()
+		require.NoError(t, err, v)
+		assert.Equal(t, want, a.AdmitUnsealedPayloads, v)
+		admit, err := AdmitUnsealedPayloads()
+		require.NoError(t, err, v)
+		assert.Equal(t, want, admit, v)
+	}
+	for _, bad := range []string{"yes", "on", "maybe", "2"} {
+		t.Setenv("SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS", bad)
+		_, err := LoadWorker()
+		require.ErrorIs(t, err, ErrConfig, bad)
+		assert.ErrorContains(t, err, "SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS must be true or false", bad)
+		_, err = LoadAPI()
+		assert.ErrorContains(t, err, "SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS must be true or false", bad)
+		_, err = AdmitUnsealedPayloads()
+		assert.ErrorIs(t, err, ErrConfig, bad)
+	}
+}
+
+// The codec server only decodes unless SUPPORTFLOW_CODEC_ALLOW_ENCODE is
+// true; a value that is not a boolean stops the API by name.
+func TestLoadAPI_CodecAllowEncode(t *testing.T) {
+	setAll(t)
+	t.Setenv("SUPPORTFLOW_API_TOKENS", "helpdesk:app:a-token-of-sixteen-chars")
+	t.Setenv("ZENDESK_WEBHOOK_SECRET", "s3cret")
+	t.Setenv("ZENDESK_API_USER_ID", "900000000001")
+	t.Setenv("SUPPORTFLOW_CODEC_TOKENS", "codec-token-0123456789")
+	t.Setenv("SUPPORTFLOW_CODEC_ALLOW_ENCODE", "")
+	c, err := LoadAPI()
+	require.NoError(t, err)
+	assert.False(t, c.CodecAllowEncode, "decode only by default")
+	for v, want := range map[string]bool{"true": true, "True": true, "1": true, "false": false, "0": false} {
+		t.Setenv("SUPPORTFLOW_CODEC_ALLOW_ENCODE", v)
+		c, err := LoadAPI()
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c.CodecAllowEncode, v)
+	}
+	for _, bad := range []string{"yes", "enabled", "-1"} {
+		t.Setenv("SUPPORTFLOW_CODEC_ALLOW_ENCODE", bad)
+		_, err := LoadAPI()
+		require.ErrorIs(t, err, ErrConfig, bad)
+		assert.ErrorContains(t, err, "SUPPORTFLOW_CODEC_ALLOW_ENCODE must be true or false", bad)
+	}
+}
+
+// Both settings are documented where --help prints: the unsealed switch
+// with the worker's variables (the API and starter share it), encoding
+// with the API's, each defaulting to false.
+func TestPrintHelp_DocumentsTheStrictnessSettings(t *testing.T) {
+	find := func(vars []Var, name string) Var {
+		for _, v := range vars {
+			if v.Name == name {
+				return v
+			}
+		}
+		t.Fatalf("%s is not documented", name)
+		return Var{}
+	}
+	admit := find(Vars, "SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS")
+	assert.Equal(t, "false", admit.Default)
+	assert.NotContains(t, admit.Help, "required", "optional: compose's tests require every variable whose help says required")
+	encode := find(APIVars, "SUPPORTFLOW_CODEC_ALLOW_ENCODE")
+	assert.Equal(t, "false", encode.Default)
+	assert.NotContains(t, encode.Help, "required")
+}

@@ -1,7 +1,9 @@
 package standin
 
 import (
+	"cmp"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -684,13 +686,27 @@ func (z *Zendesk) listComments(w http.ResponseWriter, r *http.Request) {
 // maxPerPage is Zendesk's limit (and default) for offset pagination.
 const maxPerPage = 100
 
+// listAudits serves List Audits for a Ticket as Zendesk documents it
+// (https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/#list-audits-for-a-ticket):
+// cursor pagination when the request has page[size] (or a cursor,
+// page[after] or page[before]), offset pagination (page, per_page)
+// otherwise, at most 100 audits a page either way. The two kinds are
+// mutually exclusive ("use one format or the other, not both"), so a
+// request with page and page[...] is refused. filter_events, include and
+// include_item_cursors are ignored.
+// https://developer.zendesk.com/api-reference/introduction/pagination/
 func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 	id, ok := ticketIDFromSegment(w, r.PathValue("id"))
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	if q.Has("page[size]") || q.Has("page[after]") {
+	cursor := q.Has("page[size]") || q.Has("page[after]") || q.Has("page[before]")
+	if cursor && q.Has("page") {
+		writeBadRequest(w, "page and page[size], page[after] or page[before] are mutually exclusive: use offset or cursor pagination, not both")
+		return
+	}
+	if cursor {
 		z.listAuditsByCursor(w, r, id)
 		return
 	}
@@ -701,6 +717,19 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 	page := 1
 	if n, err := strconv.Atoi(q.Get("page")); err == nil && n > 1 {
 		page = n
+	}
+	// Offset pagination sorts with sort_order (asc, the default, or desc);
+	// sort is cursor pagination's. include_boundary_indicators is only
+	// valid with cursor pagination and is ignored here.
+	// https://developer.zendesk.com/documentation/api-basics/pagination/comparing-cursor-pagination-and-offset-pagination/
+	var desc bool
+	switch q.Get("sort_order") {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		writeBadRequest(w, `sort_order must be "asc" or "desc"`)
+		return
 	}
 	// Offset pagination stops at 10,000 records; past that Zendesk answers
 	// 400 and asks for cursor pagination.
@@ -717,7 +746,8 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 		writeRecordNotFound(w)
 		return
 	}
-	total := len(zt.audits)
+	audits := sortedAudits(zt.audits, desc)
+	total := len(audits)
 	start := min((page-1)*perPage, total)
 	end := min(start+perPage, total)
 	var next, prev any
@@ -728,23 +758,48 @@ func (z *Zendesk) listAudits(w http.ResponseWriter, r *http.Request) {
 		prev = pageURL(r, page-1, perPage)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"audits":        slices.Clone(zt.audits[start:end]),
+		"audits":        audits[start:end],
 		"next_page":     next,
 		"previous_page": prev,
 		"count":         total,
 	})
 }
 
-// listAuditsByCursor serves cursor pagination: page[size] (at most 100),
-// page[after], sort_order=desc for newest first; meta.has_more and
-// meta.after_cursor say how to go on.
-// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
+// listAuditsByCursor serves cursor pagination: page[size] audits (at most
+// 100) after page[after] or before page[before] (not both), in the order
+// of sort ("created_at", the default, or "-created_at" for newest first:
+// with cursor pagination sort alone orders the records, so sort_order,
+// offset pagination's parameter, is ignored). meta carries the page's
+// after_cursor and before_cursor, and links the next and prev URLs;
+// meta.has_more is there only when include_boundary_indicators is true,
+// as the List Audits for a Ticket parameters say.
+// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/#list-audits-for-a-ticket
+// https://developer.zendesk.com/api-reference/introduction/pagination/
+// https://developer.zendesk.com/documentation/api-basics/pagination/comparing-cursor-pagination-and-offset-pagination/
 func (z *Zendesk) listAuditsByCursor(w http.ResponseWriter, r *http.Request, id int64) {
 	q := r.URL.Query()
+	after, before := q.Get("page[after]"), q.Get("page[before]")
+	if after != "" && before != "" {
+		writeBadRequest(w, "page[before] and page[after] can't be used together in the same request")
+		return
+	}
 	size := maxPerPage
 	if n, err := strconv.Atoi(q.Get("page[size]")); err == nil && n > 0 && n < maxPerPage {
 		size = n
 	}
+	order := q.Get("sort")
+	switch order {
+	case "":
+		order = "created_at"
+	case "created_at", "-created_at":
+	default:
+		// Zendesk sorts by other fields too; the stand-in's audits have
+		// only this order, and a silent other one would mislead a test.
+		writeBadRequest(w, `the stand-in sorts audits by created_at only: sort=created_at or sort=-created_at`)
+		return
+	}
+	boundary, _ := strconv.ParseBool(q.Get("include_boundary_indicators"))
+
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	zt, ok := z.tickets[id]
@@ -752,25 +807,93 @@ func (z *Zendesk) listAuditsByCursor(w http.ResponseWriter, r *http.Request, id 
 		writeRecordNotFound(w)
 		return
 	}
-	audits := slices.Clone(zt.audits)
-	if q.Get("sort_order") == "desc" || q.Get("sort") == "-created_at" {
-		slices.Reverse(audits)
-	}
-	start := 0
-	if after := q.Get("page[after]"); after != "" {
-		n, err := strconv.Atoi(after)
-		if err != nil || n < 0 || n > len(audits) {
+	audits := sortedAudits(zt.audits, order == "-created_at")
+	start, end := 0, min(size, len(audits))
+	switch {
+	case after != "":
+		i, ok := auditCursorIndex(audits, order, after)
+		if !ok {
 			writeBadRequest(w, "Invalid cursor")
 			return
 		}
-		start = n
+		start = i + 1
+		end = min(start+size, len(audits))
+	case before != "":
+		i, ok := auditCursorIndex(audits, order, before)
+		if !ok {
+			writeBadRequest(w, "Invalid cursor")
+			return
+		}
+		start, end = max(0, i-size), i
 	}
-	end := min(start+size, len(audits))
-	meta := map[string]any{"has_more": end < len(audits), "after_cursor": nil, "before_cursor": nil}
-	if end < len(audits) {
-		meta["after_cursor"] = strconv.Itoa(end)
+	page := audits[start:end]
+	meta := map[string]any{"after_cursor": nil, "before_cursor": nil}
+	links := map[string]any{"next": nil, "prev": nil}
+	if len(page) > 0 {
+		ac, bc := auditCursor(order, page[len(page)-1].ID), auditCursor(order, page[0].ID)
+		meta["after_cursor"], meta["before_cursor"] = ac, bc
+		links["next"], links["prev"] = cursorURL(r, "page[after]", ac), cursorURL(r, "page[before]", bc)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"audits": audits[start:end], "meta": meta})
+	if boundary {
+		// has_more looks the way the page was read: forward after
+		// page[after] (or from the start), backward before page[before].
+		meta["has_more"] = end < len(audits)
+		if before != "" {
+			meta["has_more"] = start > 0
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"audits": page, "meta": meta, "links": links})
+}
+
+// sortedAudits returns the audits by created_at as Zendesk shows it (whole
+// seconds), then by ID; newest first when desc.
+func sortedAudits(audits []auditJSON, desc bool) []auditJSON {
+	out := slices.Clone(audits)
+	slices.SortStableFunc(out, func(a, b auditJSON) int {
+		if c := cmp.Compare(a.at.Unix(), b.at.Unix()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	if desc {
+		slices.Reverse(out)
+	}
+	return out
+}
+
+// auditCursor is the opaque cursor of the audit id in the order: a cursor
+// names a record, not an offset, so audits added between two pages neither
+// repeat nor hide one.
+func auditCursor(order string, id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(order + ":" + strconv.FormatInt(id, 10)))
+}
+
+// auditCursorIndex finds the audit a cursor names in audits, sorted in
+// order; false when the cursor is not one of this listing's.
+func auditCursorIndex(audits []auditJSON, order, cursor string) (int, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return 0, false
+	}
+	o, idText, ok := strings.Cut(string(raw), ":")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if !ok || err != nil || o != order {
+		return 0, false
+	}
+	i := slices.IndexFunc(audits, func(a auditJSON) bool { return a.ID == id })
+	return i, i >= 0
+}
+
+// cursorURL is the absolute URL of the current cursor listing with its
+// cursor replaced by key=cursor, as Zendesk puts in links.next and
+// links.prev.
+func cursorURL(r *http.Request, key, cursor string) string {
+	q := r.URL.Query()
+	q.Del("page[after]")
+	q.Del("page[before]")
+	q.Set(key, cursor)
+	u := url.URL{Scheme: requestScheme(r), Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+	return u.String()
 }
 
 // pageURL is the absolute URL of another page of the current listing, as

@@ -33,7 +33,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, logger, tel)
+	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
@@ -42,7 +42,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	l := ledger.New(pool, cfg.Account)
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
-		Codec: &codec.Codec{Keys: cfg.PayloadKeys}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
+		Codec: &codec.Codec{Keys: cfg.PayloadKeys, AllowEncode: cfg.CodecAllowEncode}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
 		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Approvals: l, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
 		return err
@@ -56,7 +56,8 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	hs.RegisterOnShutdown(srv.Close)
 	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account, "payload_key", cfg.PayloadKeys.ActiveID(),
-		"api_tokens", tokenNames(cfg.Tokens), "codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins)
+		"api_tokens", tokenNames(cfg.Tokens), "codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins,
+		"codec_encode", cfg.CodecAllowEncode, "admit_unsealed_payloads", cfg.AdmitUnsealedPayloads)
 	go srv.RunRelay(ctx)
 	if err := serve(ctx, hs, ln, ready); err != nil {
 		return err

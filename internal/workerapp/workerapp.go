@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	}
 	defer bq.Close()
 
-	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, logger, tel)
+	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
@@ -146,7 +146,11 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	go relay.Run(relayCtx)
 	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "payload_key", cfg.PayloadKeys.ActiveID(), "payload_keys", cfg.PayloadKeys.IDs(),
 		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
-		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject)
+		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject, "admit_unsealed_payloads", cfg.AdmitUnsealedPayloads)
+	if cfg.AdmitUnsealedPayloads {
+		logger.Warn("payloads that are not sealed are admitted: anyone who can reach Temporal can start a workflow this worker runs; unset " +
+			codec.EnvAdmitUnsealed + " once the histories from before payload encryption have drained")
+	}
 	// Run returns on ctx's end (after draining) or on a fatal error (the
 	// namespace is gone, credentials were revoked), which then ends the
 	// process rather than leaving a worker that polls nothing.
@@ -222,12 +226,15 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 }
 
 // ClientOptions are the Temporal client options of every supportflow
-// process: payloads and failure messages sealed with keys, structured logs
-// through slog, and (with telemetry) the SDK's metrics and the
-// OpenTelemetry tracing interceptor.
-func ClientOptions(address, namespace string, keys *codec.Keyring, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
+// process: payloads and failure messages sealed with keys, payloads that
+// are not sealed refused (codec.ErrUnsealed) unless admitUnsealed
+// (SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS, while histories from before
+// payload encryption drain), structured logs through slog, and (with
+// telemetry) the SDK's metrics and the OpenTelemetry tracing interceptor.
+// A worker built on the client decodes with the same converter.
+func ClientOptions(address, namespace string, keys *codec.Keyring, admitUnsealed bool, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
 	o := client.Options{HostPort: address, Namespace: namespace, Logger: sdklog.NewStructuredLogger(logger)}
-	codec.Apply(&o, keys)
+	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admitUnsealed))
 	if tel != nil {
 		o.MetricsHandler = tel.TemporalMetrics()
 		o.Interceptors = tel.ClientInterceptors()

@@ -316,7 +316,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 
 	// The local run's own client: the product's options, its logs discarded.
-	o := workerapp.ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, slog.New(slog.DiscardHandler), nil)
+	o := workerapp.ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, slog.New(slog.DiscardHandler), nil)
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return err

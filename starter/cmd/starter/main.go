@@ -33,7 +33,8 @@
 //
 // Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 // SUPPORTFLOW_TASK_QUEUE, the payload keys (SUPPORTFLOW_PAYLOAD_KEYS or
-// SUPPORTFLOW_PAYLOAD_KEYS_FILE, as the worker's), and for parity
+// SUPPORTFLOW_PAYLOAD_KEYS_FILE, as the worker's),
+// SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (as the worker's), and for parity
 // DATABASE_URL and SUPPORTFLOW_ACCOUNT.
 package main
 
@@ -211,9 +212,15 @@ func hasFlags(fs *flag.FlagSet) bool {
 // dial connects to Temporal. Commands call it only after their arguments
 // have been validated, so that bad input sends nothing.
 // Payloads are sealed with the same keys as the workers' (a missing or
-// malformed key is an error before anything is sent).
+// malformed key is an error before anything is sent), and payloads read
+// back that are not sealed are refused unless
+// SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS admits them, as in the workers.
 func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	keys, err := config.PayloadKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	admit, err := config.AdmitUnsealedPayloads()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -222,7 +229,7 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 		Namespace: cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), "default"),
 		Logger:    sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	}
-	codec.Apply(&o, keys)
+	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admit))
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("temporal: %w", err)
