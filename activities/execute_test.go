@@ -2,14 +2,18 @@ package activities_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -140,37 +144,79 @@ func TestPostReply_WaitsOutALivePredecessorInsideTheAttempt(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
 	ctx := context.Background()
-	const lease = time.Second
+	// The predecessor holds a lease far longer than any stall of this
+	// machine, renewed (as its heartbeat does) every renew: it cannot lapse
+	// while the predecessor lives, however busy the machine. When the
+	// predecessor stops, its last renewal leaves lastLease to run, and the
+	// lapse ends the wait. Nothing here depends on how fast anything runs:
+	// the predecessor stops once the attempt is seen waiting, not after a
+	// time.
+	const lease, renew, lastLease = 2 * time.Minute, 100 * time.Millisecond, 300 * time.Millisecond
 	res, err := f.acts.Ledger.Reserve(ctx, ledger.ReserveRequest{Key: "p1:0", TicketID: ticket, Legs: []supportflow.Leg{{Kind: supportflow.LegReply, Target: fmt.Sprint(ticket)}}, Claimant: "other", Lease: lease})
 	require.NoError(t, err)
-	// The predecessor stays alive (extending its lease, as its heartbeat
-	// does) for a while, then stops. However busy the machine, the attempt
-	// may claim only once the predecessor's lease has lapsed, so after
-	// stoppedAt: the check does not depend on how fast anything runs.
-	var stoppedAt time.Time
+	// The attempt's first heartbeat reaches the listener at once (later
+	// ones are batched): it is the one the attempt records while it waits
+	// for the predecessor.
+	waiting := make(chan string, 1)
+	f.env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var p activities.Progress
+		if details.HasValues() && details.Get(&p) == nil && strings.HasPrefix(p.Step, "waiting for other") {
+			select {
+			case waiting <- p.Step:
+			default:
+			}
+		}
+	})
+	var (
+		renewals  int
+		lost      error // a renewal the predecessor lost: it was not live throughout
+		seen      string
+		stoppedAt time.Time
+	)
+	done := make(chan struct{}) // the attempt returned
 	live := make(chan struct{})
 	go func() {
 		defer close(live)
-		until := time.Now().Add(1500 * time.Millisecond)
-		for time.Now().Before(until) {
-			won, err := f.acts.Ledger.ExtendLease(ctx, res.ID, "other", lease)
-			if err != nil || !won {
-				return
+		extend := func(d time.Duration) bool {
+			won, err := f.acts.Ledger.ExtendLease(ctx, res.ID, "other", d)
+			if err == nil && !won {
+				err = errors.New("the predecessor's claim was taken over while it was live")
 			}
+			lost = err
+			return err == nil
+		}
+		tick := time.NewTicker(renew)
+		defer tick.Stop()
+		giveUp := time.After(time.Minute)
+		for extend(lease) {
+			renewals++
+			select {
+			case <-tick.C:
+				continue
+			case seen = <-waiting:
+			case <-done:
+			case <-giveUp:
+			}
+			// Stop: the attempt may claim only after this last renewal,
+			// so only after stoppedAt.
 			stoppedAt = time.Now()
-			time.Sleep(100 * time.Millisecond)
+			extend(lastLease)
+			return
 		}
 	}()
 	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	finished := time.Now()
-	require.NoError(t, err)
+	close(done)
 	<-live
+	require.NoError(t, err)
 	var r activities.PostReplyResult
 	require.NoError(t, v.Get(&r))
-	require.False(t, stoppedAt.IsZero(), "the predecessor extended its lease")
-	assert.True(t, finished.After(stoppedAt), "it waited for the live predecessor (last extended %s before the post finished)", finished.Sub(stoppedAt))
+	require.NoError(t, lost, "the predecessor held its claim until it stopped")
+	require.Positive(t, renewals, "the predecessor extended its lease")
+	assert.NotEmpty(t, seen, "the attempt waited for the live predecessor, heartbeating")
+	assert.GreaterOrEqual(t, finished.Sub(stoppedAt), lastLease, "it waited out the predecessor's lease (which lapsed lastLease after the predecessor stopped)")
 	assert.Equal(t, "posted", r.Source)
 	assert.Equal(t, 1, f.zd.TotalComments())
 	assert.Equal(t, 1, f.zd.Requests("GET", fmt.Sprintf("/api/v2/tickets/%d/audits", ticket)), "it looked for the predecessor's write first")

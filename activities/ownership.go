@@ -7,16 +7,16 @@ import (
 	"slices"
 
 	"github.com/supportflow/supportflow/internal/subscriptions"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // subscriptionOwner decides whether subscriptionID belongs to ticketID's
 // current requester, so that a cancellation never runs on another
 // customer's subscription (a requester changed since the draft, an
 // execution started with another ticket's proposal). It reads the
-// requester from the ticket mirror, that requester's enrichment (never an
-// earlier requester's: ledger.GetEnrichment), and the subscription
-// service's record of the subscription.
+// requester from Zendesk itself (the mirror may not have seen a change
+// yet), that requester's enrichment (never an earlier requester's:
+// ledger.GetEnrichment), and the subscription service's record of the
+// subscription.
 //
 // Owned when the service names the enrichment's customer as the
 // subscription's, or when the service names no customer (or refuses the
@@ -29,14 +29,16 @@ import (
 // text. err is only for a read that failed and may succeed on a retry
 // (PostgreSQL, a subscription service that timed out, 5xx, 429).
 func (a *Activities) subscriptionOwner(ctx context.Context, ticketID int64, subscriptionID string) (owned bool, reason string, err error) {
-	mirror, err := a.Ledger.GetTicketMirror(ctx, ticketID)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return false, fmt.Sprintf("ticket %d is not mirrored yet, so its requester is unknown", ticketID), nil
+	callCtx, cancel := context.WithTimeout(ctx, a.Durations.Fill().ZendeskCallTimeout)
+	ticket, err := a.Zendesk.ReadTicket(callCtx, ticketID)
+	cancel()
+	if err != nil && isPermanent(err) {
+		return false, fmt.Sprintf("Zendesk refused to read ticket %d, so its requester is unknown", ticketID), nil
 	}
 	if err != nil {
-		return false, "", fmt.Errorf("owner of subscription %s: %w", subscriptionID, err)
+		return false, "", fmt.Errorf("owner of subscription %s: requester of ticket %d: %w", subscriptionID, ticketID, err)
 	}
-	requester := mirror.RequesterID
+	requester := ticket.RequesterID
 	if requester <= 0 {
 		return false, fmt.Sprintf("ticket %d has no known requester", ticketID), nil
 	}
@@ -50,7 +52,7 @@ func (a *Activities) subscriptionOwner(ctx context.Context, ticketID int64, subs
 	}
 	listed := slices.Contains(e.ActiveSubscriptions, subscriptionID)
 
-	callCtx, cancel := context.WithTimeout(ctx, a.Durations.Fill().SubscriptionCallTimeout)
+	callCtx, cancel = context.WithTimeout(ctx, a.Durations.Fill().SubscriptionCallTimeout)
 	sub, err := a.Subscriptions.Lookup(callCtx, subscriptionID)
 	cancel()
 	if err != nil && !isPermanent(err) {

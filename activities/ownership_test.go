@@ -20,6 +20,7 @@ import (
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
 )
@@ -27,6 +28,7 @@ import (
 type ownerFixture struct {
 	a    *Activities
 	subs *standin.Subscriptions
+	zd   *standin.Zendesk
 }
 
 const ownerTicket, ownerRequester = int64(31), int64(7001)
@@ -45,20 +47,27 @@ func newOwnerFixture(t *testing.T) *ownerFixture {
 	t.Cleanup(srv.Close)
 	client, err := subscriptions.New(srv.URL, token, nil)
 	require.NoError(t, err)
+	const email, zdToken = "agent@acme.test", "zd-token"
+	zd := standin.NewZendesk(email, zdToken)
+	zsrv := httptest.NewServer(zd)
+	t.Cleanup(zsrv.Close)
+	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: email, APIToken: zdToken})
+	require.NoError(t, err)
 	return &ownerFixture{
-		a: &Activities{Subscriptions: client, Ledger: ledger.New(pool, "acme"),
+		a: &Activities{Subscriptions: client, Zendesk: zc, Ledger: ledger.New(pool, "acme"),
 			Durations: policy.Durations{SubscriptionCallTimeout: 300 * time.Millisecond}.Fill()},
-		subs: subs,
+		subs: subs, zd: zd,
 	}
 }
 
-// mirror records the ticket with requester (0: none) as Zendesk's copy at
-// updatedAt.
-func (f *ownerFixture) mirror(t *testing.T, requester int64, updatedAt time.Time) {
+// requester makes requester (0: none) the ticket's requester at Zendesk,
+// creating the ticket the first time.
+func (f *ownerFixture) requester(t *testing.T, requester int64) {
 	t.Helper()
-	_, err := f.a.Ledger.UpsertTicketMirror(context.Background(), ledger.TicketMirror{
-		TicketID: ownerTicket, Status: "open", RequesterID: requester, UpdatedAt: updatedAt})
-	require.NoError(t, err)
+	if _, ok := f.zd.Ticket(ownerTicket); !ok {
+		f.zd.AddTicket(standin.Ticket{ID: ownerTicket, Subject: "Plan", Description: "hi"})
+	}
+	require.True(t, f.zd.SetRequester(ownerTicket, requester))
 }
 
 func (f *ownerFixture) enrich(t *testing.T, requester int64, customerID string, subs ...string) {
@@ -85,7 +94,7 @@ func (f *ownerFixture) owner(t *testing.T, sub string) (bool, string) {
 // enrichment's list decides.
 func TestSubscriptionOwner_OwnedByTheRequestersCustomer(t *testing.T) {
 	f := newOwnerFixture(t)
-	f.mirror(t, ownerRequester, time.Now())
+	f.requester(t, ownerRequester)
 	f.enrich(t, ownerRequester, "cus-ada", "sub-listed", "sub-anon", "sub-gone")
 	f.subs.AddSubscriptionWithPlan("sub-listed", "cus-ada", "monthly")
 	f.subs.AddSubscription("sub-new", "cus-ada")
@@ -111,7 +120,7 @@ func TestSubscriptionOwner_OwnedByTheRequestersCustomer(t *testing.T) {
 // enrichment (a lookup that may be stale) lists the subscription.
 func TestSubscriptionOwner_AnotherCustomersSubscriptionIsNotOwned(t *testing.T) {
 	f := newOwnerFixture(t)
-	f.mirror(t, ownerRequester, time.Now())
+	f.requester(t, ownerRequester)
 	f.enrich(t, ownerRequester, "cus-ada", "sub-bo")
 	f.subs.AddSubscription("sub-bo", "cus-bo")
 
@@ -121,29 +130,29 @@ func TestSubscriptionOwner_AnotherCustomersSubscriptionIsNotOwned(t *testing.T) 
 	assert.Equal(t, 0, f.subs.CancelCalls("sub-bo"), "deciding cancels nothing")
 }
 
-// Without a known current requester, or without customer data for that
-// requester, nothing is owned, and the service is not asked.
+// Without a known current requester (Zendesk's, not the mirror's), or
+// without customer data for that requester, nothing is owned, and the
+// service is not asked.
 func TestSubscriptionOwner_NoRequesterOrNoCurrentEnrichment(t *testing.T) {
 	f := newOwnerFixture(t)
 	f.subs.AddSubscription("sub-1", "cus-ada")
 
 	owned, reason := f.owner(t, "sub-1")
 	assert.False(t, owned)
-	assert.Contains(t, reason, "not mirrored")
+	assert.Contains(t, reason, "Zendesk refused to read ticket 31", "a ticket Zendesk does not know (404)")
 
-	t0 := time.Now().UTC().Truncate(time.Second)
-	f.mirror(t, 0, t0)
+	f.requester(t, 0)
 	owned, reason = f.owner(t, "sub-1")
 	assert.False(t, owned)
 	assert.Contains(t, reason, "no known requester")
 
 	// The requester was enriched, then Zendesk moved the ticket to
 	// another requester: what was known of the first no longer counts.
-	f.mirror(t, ownerRequester, t0.Add(time.Second))
+	f.requester(t, ownerRequester)
 	f.enrich(t, ownerRequester, "cus-ada", "sub-1")
 	owned, _ = f.owner(t, "sub-1")
 	require.True(t, owned, "the requester's own subscription")
-	f.mirror(t, ownerRequester+1, t0.Add(2*time.Second))
+	f.requester(t, ownerRequester+1)
 	owned, reason = f.owner(t, "sub-1")
 	assert.False(t, owned, "a requester change drops what was known")
 	assert.Contains(t, reason, "current requester 7002")
@@ -154,7 +163,7 @@ func TestSubscriptionOwner_NoRequesterOrNoCurrentEnrichment(t *testing.T) {
 // is an error to retry, never a decision.
 func TestSubscriptionOwner_AFailedReadIsAnError(t *testing.T) {
 	f := newOwnerFixture(t)
-	f.mirror(t, ownerRequester, time.Now())
+	f.requester(t, ownerRequester)
 	f.enrich(t, ownerRequester, "cus-ada", "sub-1")
 	f.subs.AddSubscription("sub-1", "cus-ada")
 

@@ -257,6 +257,11 @@ func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.App
 	}
 	p, err := s.Approvals.GetProposal(ctx, r.ProposalID)
 	if errors.Is(err, ledger.ErrNotFound) {
+		// No such proposal: the draft says why (no draft, or not its
+		// current one). Nothing is recorded, so nothing could run.
+		if err := s.update(ctx, ticketID, supportflow.ApproveUpdate, r, &res); err != nil {
+			return res, err
+		}
 		return res, fmt.Errorf("%w: proposal %s is not a proposal of ticket %d", ErrStaleProposal, r.ProposalID, ticketID)
 	}
 	if err != nil {

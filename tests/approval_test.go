@@ -314,17 +314,12 @@ func TestExecution_CancelsOnlyTheRequestersSubscriptions(t *testing.T) {
 	assert.Contains(t, comments[0].Body, "Cancelled: sub-a.")
 	assert.Contains(t, comments[0].Body, "Not cancelled: sub-b.")
 
-	// The requester changes: the mirror names someone the enrichment has
-	// nothing for. The old requester's subscription is not cancelled from
-	// this ticket any more.
+	// The requester changes in Zendesk (the mirror has not heard yet): the
+	// new requester has no customer data. The old requester's subscription
+	// is not cancelled from this ticket any more.
 	moved := s.seedOwnedTicket("Cancel my plan.", "cust-c", "sub-c")
 	newRequester := 30000 + ticketIDs.Add(1)
-	_, err = s.ledger.UpsertTicketMirror(ctxT(t), ledger.TicketMirror{TicketID: moved, Subject: "My plan", Status: "open",
-		RequesterID: newRequester, UpdatedAt: time.Now().Add(2 * time.Second)})
-	require.NoError(t, err)
-	m, err := s.ledger.GetTicketMirror(ctxT(t), moved)
-	require.NoError(t, err)
-	require.Equal(t, newRequester, m.RequesterID)
+	require.True(t, s.zd.SetRequester(moved, newRequester))
 
 	movedID := uniqueProposalID("old-requester")
 	s.approve(supportflow.Proposal{ID: movedID, Actions: []supportflow.Action{reply(moved, "Your plan is cancelled.", "sub-c")}})

@@ -29,7 +29,7 @@ func TestExecution_WorkerKilledDuringZendeskWrite(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Please cancel"})
-	s.subs.AddSubscription("sub-1", "cust-1")
+	s.own(ticket, "cust-1", "sub-1")
 	hit := arrived()
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 700 * time.Millisecond, Arrived: hit})
 	s.startWorker()
@@ -54,14 +54,14 @@ func TestExecution_WorkerKilledDuringZendeskWrite(t *testing.T) {
 
 // The worker dies in the middle of the cancellation leg: sub-1 is done and
 // recorded, sub-2 is applied by the service but never recorded. The next
-// attempt skips sub-1, finds sub-2 already cancelled, and cancels sub-3.
+// attempt skips sub-1, sends sub-2's cancel again under the same
+// Idempotency-Key (the service answers it with the first request's answer,
+// and cancels nothing twice), and cancels sub-3.
 func TestExecution_WorkerKilledDuringCancellations(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel all three"})
-	for _, id := range []string{"sub-1", "sub-2", "sub-3"} {
-		s.subs.AddSubscription(id, "cust-1")
-	}
+	s.own(ticket, "cust-1", "sub-1", "sub-2", "sub-3")
 	hit := arrived()
 	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", Delay: 700 * time.Millisecond, Arrived: hit})
 	s.startWorker()
@@ -84,17 +84,25 @@ func TestExecution_WorkerKilledDuringCancellations(t *testing.T) {
 	a := s.action("killed-subs:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
 	require.Len(t, a.Legs.Of(supportflow.LegCancelSubscription), 3)
-	assert.True(t, a.Legs.Of(supportflow.LegCancelSubscription)[1].AlreadyDone, "sub-2's lost outcome was recovered as already cancelled")
+	assert.Equal(t, ledger.LegDone, a.Legs.Of(supportflow.LegCancelSubscription)[1].State)
+	assert.Equal(t, 2, s.subs.CancelCalls("sub-2"))
+	assert.Equal(t, 1, s.subs.IdempotentReplays("sub-2"), "sub-2's lost outcome was recovered from the service's answer to its key")
+	keys := s.subs.IdempotencyKeys("sub-2")
+	require.Len(t, keys, 2)
+	assert.Equal(t, keys[0], keys[1], "the repeated cancel carried the first one's key")
 }
 
 // Zendesk accepts the comment and the connection drops before the answer.
-// Retries must not post again, not even after the action ended failed and
-// an operator explicitly re-approves.
+// Retries must not post again, not even after the action ended without
+// knowing and an operator explicitly re-approves.
 func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Lost answer"})
 	other := s.zd.AddTicket(standin.Ticket{Subject: "Lost answer, then re-approved"})
+	// Part 2 cannot learn whether its reply landed: a short bound on
+	// trying ends it in seconds.
+	s.extraEnv = []string{"SUPPORTFLOW_UNRESOLVED_LEG_BOUND=5s"}
 	s.startWorker()
 
 	// 1. Retried within one execution: the retry finds the audit.
@@ -107,8 +115,11 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	assert.Equal(t, 1, s.zd.Requests("PUT", "/api/v2/tickets/"))
 	assert.Equal(t, s.zd.Comments(ticket)[0].ID, s.action("lost-1:0").CommentID())
 
-	// 2. The answer is lost and the audit search is refused, so the action
-	// ends failed with its comment on the ticket but not in the ledger.
+	// 2. The answer is lost and the audit search is refused, also after
+	// the fence (a private note that moves the ticket on, so no write of
+	// ours can still land): whether the reply landed cannot be learned, so
+	// the action ends needs_attention with the reply unknown, never
+	// "failed", though its comment is on the ticket.
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true})
 	s.zd.Inject(standin.Fault{Method: "GET", Path: fmt.Sprintf("/api/v2/tickets/%d/audits.json", other), Status: 403, Times: -1})
 	s.approve(supportflow.Proposal{ID: "lost-2", Actions: []supportflow.Action{reply(other, "Done.")}})
@@ -116,8 +127,19 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, err, &app)
 	assert.Equal(t, supportflow.ErrTypeActionFailed, app.Type())
-	assert.Equal(t, supportflow.StateFailed, s.action("lost-2:0").State)
-	require.Equal(t, 1, s.zd.CommentCount(other))
+	var failed []supportflow.ActionStatus
+	require.NoError(t, app.Details(&failed))
+	require.Len(t, failed, 1)
+	assert.Equal(t, supportflow.StateNeedsAttention, failed[0].State)
+	assert.Equal(t, []string{fmt.Sprintf("reply %d", other)}, failed[0].Unknown, "the reply's outcome is unknown, not failed")
+	a := s.action("lost-2:0")
+	assert.Equal(t, supportflow.StateNeedsAttention, a.State)
+	require.Len(t, a.Legs, 1)
+	assert.Equal(t, ledger.LegUnknown, a.Legs[0].State)
+	public, private := s.splitComments(other)
+	require.Len(t, public, 1, "the reply landed once")
+	require.Len(t, private, 1, "and the fence note")
+	assert.Contains(t, private[0].Body, "lost-2:0")
 
 	// The operator re-approves once Zendesk answers again: the comment is
 	// found on the audits, not posted a second time.
@@ -127,10 +149,13 @@ func TestExecution_ResponseLostAfterZendeskAccepted(t *testing.T) {
 	statuses, err = s.wait("lost-2")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
-	assert.Equal(t, 1, s.zd.CommentCount(other), "exactly one comment after re-approval")
-	a := s.action("lost-2:0")
+	public, private = s.splitComments(other)
+	require.Len(t, public, 1, "exactly one reply after re-approval")
+	assert.Len(t, private, 1, "the first execution's fence note, nothing more")
+	a = s.action("lost-2:0")
 	assert.Equal(t, supportflow.StateApplied, a.State)
-	assert.Equal(t, s.zd.Comments(other)[0].ID, a.CommentID())
+	assert.Equal(t, public[0].ID, a.CommentID())
+	assert.Equal(t, public[0].ID, statuses[0].CommentID)
 }
 
 // A cancellation is refused for good, the action ends partial_failure;
@@ -139,8 +164,7 @@ func TestExecution_ReapproveAfterPartialFailure(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel two"})
-	s.subs.AddSubscription("sub-1", "cust-1")
-	s.subs.AddSubscription("sub-2", "cust-1")
+	s.own(ticket, "cust-1", "sub-1", "sub-2")
 	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", Status: 422, Times: -1})
 	s.startWorker()
 
@@ -205,7 +229,7 @@ func TestExecution_ConcurrentApprovals(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Double click"})
-	s.subs.AddSubscription("sub-1", "cust-1")
+	s.own(ticket, "cust-1", "sub-1")
 	// Slow Zendesk keeps the execution open while approvals pile up.
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 500 * time.Millisecond})
 	s.startWorker()
@@ -272,7 +296,7 @@ func TestExecution_TicketUpdateRidesWithTheReply(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Cancel please", Status: "open", Tags: []string{"vip"}})
-	s.subs.AddSubscription("sub-1", "cust-1")
+	s.own(ticket, "cust-1", "sub-1")
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true, Times: 1})
 	s.startWorker()
 

@@ -135,7 +135,7 @@ func TestExecution_LostCancelAnswerIsNotFailed(t *testing.T) {
 	s := newStack(t)
 	s.startWorker()
 	ticket := s.zd.AddTicket(standin.Ticket{Subject: "Lost cancel answer"})
-	s.subs.AddSubscription("sub-lost", "c")
+	s.own(ticket, "c", "sub-lost")
 	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-lost/cancel", DropAfterApply: true, Times: -1})
 	s.approve(supportflow.Proposal{ID: "lost-cancel", Actions: []supportflow.Action{
 		{TicketID: ticket, CancelSubscriptions: []string{"sub-lost"}}}})
@@ -151,7 +151,10 @@ func TestExecution_LostCancelAnswerIsNotFailed(t *testing.T) {
 }
 
 // Cancelling an execution (an operator, in the Web UI) settles its action:
-// the row does not stay 'applying' for ever.
+// the row does not stay 'applying' for ever. The cancelled attempt's write
+// may have been in flight, so the settle fences the ticket first (a
+// private note, once Zendesk takes writes again) and then finds no reply
+// on its audits: failed, and the customer saw nothing.
 func TestExecution_CancelledExecutionIsSettled(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -162,11 +165,18 @@ func TestExecution_CancelledExecutionIsSettled(t *testing.T) {
 	s.approve(supportflow.Proposal{ID: "cancelled-exec", Actions: []supportflow.Action{reply(ticket, "Done.")}})
 	waitArrived(t, posting)
 	require.NoError(t, s.temporal.CancelWorkflow(ctxT(t), supportflow.ExecuteWorkflowID("cancelled-exec"), ""))
+	// Zendesk is back before the fence is written (the settle waits 2 s
+	// before writing it).
+	s.zd.ClearFaults()
 	_, err := s.wait("cancelled-exec")
 	require.Error(t, err)
 	require.Eventually(t, func() bool {
 		return s.action("cancelled-exec:0").State == supportflow.StateFailed
 	}, waitBudget, 100*time.Millisecond, "the cancelled action was settled")
-	assert.Zero(t, s.zd.CommentCount(ticket))
+	public, private := s.splitComments(ticket)
+	assert.Empty(t, public, "no reply reached the customer")
+	require.Len(t, private, 1, "the fence, nothing else")
+	assert.Contains(t, private[0].Body, "cancelled-exec:0")
+	assert.Zero(t, s.action("cancelled-exec:0").CommentID())
 	s.recordHistory(supportflow.ExecuteWorkflowID("cancelled-exec"), "", "execute_proposal_cancelled_settled")
 }

@@ -13,11 +13,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -121,6 +123,11 @@ const (
 	lease      = 2 * time.Second
 	hbTimeout  = 2 * time.Second
 	waitBudget = 90 * time.Second
+	// legBound is the workers' SUPPORTFLOW_UNRESOLVED_LEG_BOUND: how long
+	// a settle keeps asking a receiver that cannot answer before the
+	// action ends needs_attention (a day in production). Generous against
+	// a loaded machine, well inside waitBudget.
+	legBound = 20 * time.Second
 )
 
 // stack is one test's world: its own database, stand-ins, task queue and
@@ -146,6 +153,10 @@ type stack struct {
 	// payloadKeys is the workers' SUPPORTFLOW_PAYLOAD_KEYS (keysA unless a
 	// test rotates).
 	payloadKeys string
+	// zdGate and subsGate stand in front of the Zendesk and subscription
+	// stand-ins: a test may answer some requests itself
+	// (unavailableWhileAttempting).
+	zdGate, subsGate *gate
 
 	// extraEnv is added to the worker's environment (later entries win).
 	extraEnv []string
@@ -177,10 +188,11 @@ func newStack(t *testing.T) *stack {
 	s.modelSrv, err = standin.Listen(s.model, "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { s.modelSrv.Close() })
-	s.zdSrv, err = standin.Listen(s.zd, "127.0.0.1:0")
+	s.zdGate, s.subsGate = &gate{next: s.zd}, &gate{next: s.subs}
+	s.zdSrv, err = standin.Listen(s.zdGate, "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { s.zdSrv.Close() })
-	s.subsSrv, err = standin.Listen(s.subs, "127.0.0.1:0")
+	s.subsSrv, err = standin.Listen(s.subsGate, "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { s.subsSrv.Close() })
 	// The worker keys its ledger by the Zendesk URL's host.
@@ -298,6 +310,7 @@ func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 		"SUPPORTFLOW_RETRY_BASE=200ms",
 		"SUPPORTFLOW_RETRY_CAP=2s",
 		"SUPPORTFLOW_DRAIN_TIMEOUT=1s",
+		"SUPPORTFLOW_UNRESOLVED_LEG_BOUND="+legBound.String(),
 		"SUPPORTFLOW_LOG_LEVEL=info",
 		"SUPPORTFLOW_PAYLOAD_KEYS="+s.payloadKeys,
 		// The stand-ins have no rate limits (TestLoad sets its own).
@@ -427,4 +440,68 @@ func (s *stack) own(ticket int64, customer string, subs ...string) {
 	for _, sub := range subs {
 		s.subs.AddSubscription(sub, customer)
 	}
+}
+
+// gate is an http.Handler in front of a stand-in: while a test has set an
+// interception, a request it claims is answered by it and never reaches
+// the stand-in (which then neither logs nor counts it).
+type gate struct {
+	next      http.Handler
+	intercept atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
+}
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f := g.intercept.Load(); f != nil && (*f)(w, r) {
+		return
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// unavailableWhileAttempting makes the service behind g answer 503 to the
+// requests match selects while an attempt of the action keyed key is at
+// work on leg (the action holds a live claim) and the leg's last answer
+// was lost (it is recorded unknown): the reads by which an attempt would
+// learn that outcome fail, for every attempt, so the activity gives up;
+// the same reads made by the settle, which holds no claim, are answered.
+// It returns how many requests it refused so far.
+func (s *stack) unavailableWhileAttempting(g *gate, key string, leg supportflow.Leg, match func(*http.Request) bool) (refused func() int) {
+	s.t.Helper()
+	var n atomic.Int64
+	f := func(w http.ResponseWriter, r *http.Request) bool {
+		if !match(r) {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		var attempting bool
+		err := s.pool.QueryRow(ctx, `
+SELECT COALESCE(a.lease_expires_at > now(), false) AND l.state = 'unknown'
+FROM action a JOIN action_leg l ON l.action_id = a.id
+WHERE a.account = $1 AND a.key = $2 AND l.kind = $3 AND l.target = $4`,
+			s.ledger.Account(), key, string(leg.Kind), leg.Target).Scan(&attempting)
+		if err != nil || !attempting {
+			return false // no such row yet, or no attempt at work: the stand-in answers
+		}
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"unavailable","message":"held down by the test","description":"held down by the test"}`))
+		return true
+	}
+	g.intercept.Store(&f)
+	s.t.Cleanup(func() { g.intercept.Store(nil) })
+	return func() int { return int(n.Load()) }
+}
+
+// splitComments returns the comments posted on a ticket through the API,
+// public ones (what the customer sees) and private notes apart.
+func (s *stack) splitComments(ticket int64) (public, private []standin.Comment) {
+	for _, c := range s.zd.Comments(ticket) {
+		if c.Public {
+			public = append(public, c)
+		} else {
+			private = append(private, c)
+		}
+	}
+	return public, private
 }

@@ -90,8 +90,8 @@ func TestPII_HistoryHoldsNoPlaintext(t *testing.T) {
 		RequesterID: requester, RequesterName: name, Status: "new"}
 	s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "cust-pii", Email: email, Orders: 2, ActiveSubscriptions: []string{sub}})
 	s.subs.AddSubscription(sub, "cust-pii")
-	// The first answer is not JSON: the attempt fails with an error that
-	// quotes it (and the customer), and the retry drafts.
+	// The first answer is not JSON: the attempt fails (with an error that
+	// does not quote it) and the retry drafts.
 	var answers atomic.Int32
 	s.model.SetResponder(func(standin.ChatRequest) string {
 		if answers.Add(1) == 1 {
@@ -141,14 +141,17 @@ func TestPII_HistoryHoldsNoPlaintext(t *testing.T) {
 		})
 		for _, e := range h.Events {
 			if f := e.GetActivityTaskStartedEventAttributes().GetLastFailure(); f != nil {
+				assert.NotNil(t, f.GetEncodedAttributes(), "a failure's message is sealed in the history")
 				decoded.WriteString(s.failures.FailureToError(f).Error())
 			}
 		}
 	}
 	assert.Equal(t, []string{"binary/encrypted/test-a"}, keysOf(sealed), "every payload is sealed with the active key")
-	for _, secret := range []string{name, email, comment, reply, refusal} {
+	for _, secret := range []string{name, email, comment, reply} {
 		assert.Contains(t, decoded.String(), secret, "the codec opens what the history holds (so the search above looked in the right place)")
 	}
+	assert.Contains(t, decoded.String(), "not a JSON object", "the refused answer's failure is in the history, sealed")
+	assert.NotContains(t, decoded.String(), refusal, "an invalid answer's error does not quote the model, which may repeat the customer")
 }
 
 func keysOf(m map[string]int) []string {
@@ -259,16 +262,21 @@ func TestPII_CodecServerForWebUI(t *testing.T) {
 		assert.NotContains(t, string(resp), "Ottoline", tc.name)
 	}
 
-	// Encode, then decode: the round trip the UI uses to send a signal.
-	plain, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{{
-		Metadata: map[string][]byte{"encoding": []byte("json/plain")}, Data: []byte(`"hello Ottoline"`)}}})
+	// Encode is off unless SUPPORTFLOW_CODEC_ALLOW_ENCODE: a codec token
+	// cannot seal a forged workflow input.
+	plainPayload := &commonpb.Payload{Metadata: map[string][]byte{"encoding": []byte("json/plain")}, Data: []byte(`"hello Ottoline"`)}
+	plain, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{plainPayload}})
 	require.NoError(t, err)
 	code, resp = post("/codec/encode", codecToken, plain, nil)
-	require.Equal(t, http.StatusOK, code, "%s", resp)
+	require.Equal(t, http.StatusForbidden, code, "%s", resp)
+	assert.Contains(t, string(resp), codec.EnvAllowEncode, "the refusal names the setting")
 	assert.NotContains(t, string(resp), "Ottoline")
-	var enc commonpb.Payloads
-	require.NoError(t, protojson.Unmarshal(resp, &enc))
-	assert.Equal(t, "test-a", string(enc.Payloads[0].GetMetadata()[codec.MetadataKeyID]), "the encoded payload names its key")
+	// A payload sealed by a worker (here, the same keys) decodes.
+	sealedByWorker, err := (&codec.Codec{Keys: mustKeys(t, keysA)}).Encode([]*commonpb.Payload{plainPayload})
+	require.NoError(t, err)
+	assert.Equal(t, "test-a", string(sealedByWorker[0].GetMetadata()[codec.MetadataKeyID]), "the sealed payload names its key")
+	resp, err = protojson.Marshal(&commonpb.Payloads{Payloads: sealedByWorker})
+	require.NoError(t, err)
 	code, resp = post("/codec/decode", codecToken, resp, nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
 	var dec commonpb.Payloads

@@ -41,7 +41,7 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 	const never = int64(99999)
 	_, err = s.starter.DraftStatus(ctx, never)
 	assert.ErrorIs(t, err, starter.ErrNoDraft)
-	_, err = s.starter.Approve(ctx, never, supportflow.ApproveRequest{ProposalID: "p-1"})
+	_, err = s.starter.Approve(ctx, never, supportflow.ApproveRequest{ProposalID: "p-1", ApprovedBy: "tests"})
 	assert.ErrorIs(t, err, starter.ErrNoDraft)
 	ok, err := s.starter.Supersede(ctx, never, supportflow.TicketActivity{At: time.Now()})
 	require.NoError(t, err)

@@ -143,6 +143,12 @@ func (h *Harness) ApproveDraft(t testing.TB, proposalID, by string) {
 func (h *Harness) Own(t testing.TB, ticketID, requesterID int64, customerID string, subs ...string) {
 	t.Helper()
 	ctx := context.Background()
+	// Zendesk says whose the ticket is (the check reads it there); the
+	// mirror follows, as the webhook would make it.
+	if _, ok := h.Zendesk.Ticket(ticketID); !ok {
+		h.Zendesk.AddTicket(standin.Ticket{ID: ticketID, Subject: "Plan", Description: "Please cancel", RequesterID: requesterID})
+	}
+	require.True(t, h.Zendesk.SetRequester(ticketID, requesterID))
 	_, err := h.Ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticketID, Status: "open",
 		RequesterID: requesterID, UpdatedAt: time.Now()})
 	require.NoError(t, err)

@@ -1150,3 +1150,20 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// SetRequester makes requesterID the ticket's requester, as an agent
+// changing it in Zendesk does (updated_at moves). It reports false for an
+// unknown ticket.
+func (z *Zendesk) SetRequester(ticketID, requesterID int64) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		return false
+	}
+	zt.RequesterID = requesterID
+	if now := time.Now(); now.After(zt.updatedAt) {
+		zt.updatedAt = now
+	}
+	return true
+}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,6 +320,156 @@ func TestZendeskAuditsPagination(t *testing.T) {
 	audits, _, err := c.GetTicketAudits(t.Context(), testTicketID, zendesk.PageOptions{PerPage: 500})
 	require.NoError(t, err)
 	assert.Len(t, audits, 100)
+}
+
+// auditsPage is a List Audits for a Ticket answer with cursor pagination;
+// raw keeps meta as sent, to tell a missing has_more from false.
+type auditsPage struct {
+	Audits []struct {
+		ID int64 `json:"id"`
+	} `json:"audits"`
+	Meta struct {
+		HasMore      *bool  `json:"has_more"`
+		AfterCursor  string `json:"after_cursor"`
+		BeforeCursor string `json:"before_cursor"`
+	} `json:"meta"`
+	Links struct {
+		Next string `json:"next"`
+		Prev string `json:"prev"`
+	} `json:"links"`
+	raw map[string]json.RawMessage
+}
+
+func (p auditsPage) ids() []int64 {
+	ids := make([]int64, 0, len(p.Audits))
+	for _, a := range p.Audits {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
+
+// getAudits lists the test ticket's audits with query (or the absolute
+// URL of a links.next or links.prev).
+func getAudits(t *testing.T, c *zendesk.Client, srvURL, query string) auditsPage {
+	t.Helper()
+	path := fmt.Sprintf("/tickets/%d/audits.json?%s", testTicketID, query)
+	if strings.HasPrefix(query, srvURL) {
+		path = strings.TrimPrefix(query, srvURL+"/api/v2")
+	}
+	body, err := c.Get(t.Context(), path)
+	require.NoError(t, err)
+	var p auditsPage
+	require.NoError(t, json.Unmarshal(body, &p))
+	var top map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(body, &top))
+	require.NoError(t, json.Unmarshal(top["meta"], &p.raw))
+	return p
+}
+
+// Cursor pagination as List Audits for a Ticket and the pagination pages
+// document it: page[size], sort (newest first with -created_at),
+// meta.has_more only with include_boundary_indicators=true, after_cursor
+// and links.next to go on, page[before] to go back; cursors name records,
+// so an audit added between two pages neither repeats nor hides one.
+func TestZendeskAuditsCursorPagination(t *testing.T) {
+	_, c, srv := newZendeskEnv(t, nil)
+	const posts = 120
+	for i := range posts {
+		_, err := putComment(t.Context(), c, testTicketID, fmt.Sprintf("comment %d", i), map[string]any{"n": i})
+		require.NoError(t, err)
+	}
+	all := getAudits(t, c, srv.URL, "page[size]=100&sort=created_at&include_boundary_indicators=true")
+	rest := getAudits(t, c, srv.URL, all.Links.Next)
+	ascending := append(all.ids(), rest.ids()...)
+	require.Len(t, ascending, posts+1)
+	require.False(t, *rest.Meta.HasMore)
+
+	first := getAudits(t, c, srv.URL, "page[size]=50&sort=-created_at&include_boundary_indicators=true")
+	require.Len(t, first.Audits, 50)
+	assert.Equal(t, ascending[posts], first.Audits[0].ID, "newest first")
+	require.NotNil(t, first.Meta.HasMore)
+	assert.True(t, *first.Meta.HasMore)
+	assert.NotEmpty(t, first.Meta.AfterCursor)
+	next, err := url.Parse(first.Links.Next)
+	require.NoError(t, err)
+	assert.Equal(t, srv.URL, next.Scheme+"://"+next.Host, "links.next is absolute")
+	assert.Equal(t, first.Meta.AfterCursor, next.Query().Get("page[after]"))
+	assert.Equal(t, "-created_at", next.Query().Get("sort"))
+	assert.Equal(t, "50", next.Query().Get("page[size]"))
+
+	// A comment posted between two pages is newer than the cursor: not on
+	// the next pages, and none of them repeats or skips one.
+	_, err = putComment(t.Context(), c, testTicketID, "meanwhile", nil)
+	require.NoError(t, err)
+	seen := first.ids()
+	page := first
+	for n := 1; *page.Meta.HasMore; n++ {
+		require.Less(t, n, 10, "pagination must end")
+		page = getAudits(t, c, srv.URL, page.Links.Next)
+		seen = append(seen, page.ids()...)
+	}
+	assert.Len(t, page.Audits, posts+1-100)
+	want := slices.Clone(ascending)
+	slices.Reverse(want)
+	assert.Equal(t, want, seen)
+	assert.NotEmpty(t, page.Meta.AfterCursor, "the last page has cursors too; has_more false says it is the last")
+
+	// page[before] goes back to the previous page.
+	second := getAudits(t, c, srv.URL, "page[size]=50&sort=-created_at&include_boundary_indicators=true&page[after]="+first.Meta.AfterCursor)
+	back := getAudits(t, c, srv.URL, second.Links.Prev)
+	assert.Equal(t, first.ids(), back.ids())
+	assert.Equal(t, first.ids(), getAudits(t, c, srv.URL, "page[size]=50&sort=-created_at&page[before]="+second.Meta.BeforeCursor).ids())
+
+	// Without include_boundary_indicators there is no has_more; sort alone
+	// orders cursor pagination (sort_order, offset pagination's, is
+	// ignored), ascending by default.
+	plain := getAudits(t, c, srv.URL, "page[size]=50&sort_order=desc")
+	assert.NotContains(t, plain.raw, "has_more")
+	assert.Contains(t, plain.raw, "after_cursor")
+	assert.Equal(t, ascending[:50], plain.ids())
+}
+
+// What List Audits for a Ticket refuses: offset and cursor pagination
+// together, page[after] with page[before], a cursor that is not one of the
+// listing's (or of another order); and what the stand-in cannot do, a sort
+// other than by created_at. Offset pagination sorts with sort_order.
+func TestZendeskAuditsListRefusals(t *testing.T) {
+	_, c, srv := newZendeskEnv(t, nil)
+	for i := range 3 {
+		_, err := putComment(t.Context(), c, testTicketID, fmt.Sprint("comment ", i), nil)
+		require.NoError(t, err)
+	}
+	desc := getAudits(t, c, srv.URL, "page[size]=2&sort=-created_at")
+	for name, query := range map[string]string{
+		"offset and cursor":     "page=2&page[size]=10",
+		"after and before":      "page[size]=2&page[after]=" + desc.Meta.AfterCursor + "&page[before]=" + desc.Meta.BeforeCursor,
+		"unknown sort":          "page[size]=2&sort=name",
+		"not a cursor":          "page[size]=2&page[after]=12",
+		"cursor of other order": "page[size]=2&sort=created_at&page[after]=" + desc.Meta.AfterCursor,
+		"bad sort_order":        "sort_order=sideways",
+	} {
+		_, err := c.Get(t.Context(), fmt.Sprintf("/tickets/%d/audits.json?%s", testTicketID, query))
+		var zerr zendesk.Error
+		if assert.ErrorAs(t, err, &zerr, name) {
+			assert.Equal(t, http.StatusBadRequest, zerr.Status(), name)
+		}
+	}
+
+	audits, _, err := c.GetTicketAudits(t.Context(), testTicketID, zendesk.PageOptions{})
+	require.NoError(t, err)
+	require.Len(t, audits, 4)
+	body, err := c.Get(t.Context(), fmt.Sprintf("/tickets/%d/audits.json?sort_order=desc&per_page=2", testTicketID))
+	require.NoError(t, err)
+	var offset struct {
+		Audits []struct {
+			ID int64 `json:"id"`
+		} `json:"audits"`
+		NextPage *string `json:"next_page"`
+	}
+	require.NoError(t, json.Unmarshal(body, &offset))
+	require.Len(t, offset.Audits, 2)
+	assert.Equal(t, []int64{audits[3].ID, audits[2].ID}, []int64{offset.Audits[0].ID, offset.Audits[1].ID})
+	assert.NotNil(t, offset.NextPage)
 }
 
 func TestZendeskFaultStatus500(t *testing.T) {

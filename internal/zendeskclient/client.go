@@ -102,17 +102,22 @@ type TicketState struct {
 	Stamp  Stamp
 	Status string
 	Tags   []string
+	// RequesterID is the ticket's requester now (0 when Zendesk did not
+	// say): whose subscriptions a cancellation may touch.
+	RequesterID int64
 }
 
 // ReadTicket reads the ticket's updated_at, status and tags, for a safe
-// update.
+// update, and its requester_id
+// (https://developer.zendesk.com/api-reference/ticketing/tickets/tickets/#show-ticket).
 func (c *Client) ReadTicket(ctx context.Context, ticketID int64) (TicketState, error) {
 	op := "show ticket " + strconv.FormatInt(ticketID, 10)
 	var resp struct {
 		Ticket struct {
-			UpdatedAt string   `json:"updated_at"`
-			Status    string   `json:"status"`
-			Tags      []string `json:"tags"`
+			UpdatedAt   string   `json:"updated_at"`
+			Status      string   `json:"status"`
+			Tags        []string `json:"tags"`
+			RequesterID int64    `json:"requester_id"`
 		} `json:"ticket"`
 	}
 	if err := c.getJSON(ctx, op, "/tickets/"+strconv.FormatInt(ticketID, 10)+".json", &resp); err != nil {
@@ -121,7 +126,7 @@ func (c *Client) ReadTicket(ctx context.Context, ticketID int64) (TicketState, e
 	if resp.Ticket.UpdatedAt == "" {
 		return TicketState{}, &Error{Op: op, Err: fmt.Errorf("no updated_at in the answer")}
 	}
-	return TicketState{Stamp: Stamp(resp.Ticket.UpdatedAt), Status: resp.Ticket.Status, Tags: resp.Ticket.Tags}, nil
+	return TicketState{Stamp: Stamp(resp.Ticket.UpdatedAt), Status: resp.Ticket.Status, Tags: resp.Ticket.Tags, RequesterID: resp.Ticket.RequesterID}, nil
 }
 
 // Update is one ticket update of ours: a comment, a status, tags, or any
@@ -176,37 +181,47 @@ func (c *Client) UpdateTicket(ctx context.Context, ticketID int64, u Update, act
 	return l, nil
 }
 
-// FindAction searches the ticket's audits, newest first with cursor
-// pagination, for one whose metadata carries actionKey, and returns it
-// (with its comment; withComment skips an audit of the key without one). It stops at the first audit older than since (the action's
-// reservation, less a margin for clocks): no attempt can have written
-// before it. found is false when no audit has the key.
-// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/
+// maxAuditPages bounds FindAction's search: 100 pages of 100 audits. A
+// ticket whose audits since the reservation do not fit is answered with an
+// error, never with "not found".
+const maxAuditPages = 100
+
+// FindAction searches the ticket's audits, newest first, for one whose
+// metadata carries actionKey, and returns it with its comment (withComment
+// skips an audit of the key without one). found is false only when the
+// listing showed every audit back to since (the action's reservation, less
+// a margin for clocks: no attempt can have written before it) without the
+// key; a listing it cannot read to that point is an error.
+//
+// It reads the audits with cursor pagination as Zendesk documents it:
+// page[size]=100, sort=-created_at (cursor pagination sorts with sort, not
+// with offset pagination's sort_order), include_boundary_indicators=true
+// (without it meta.has_more may be left out), then page[after] set to the
+// page's meta.after_cursor (or the cursor of links.next) until
+// meta.has_more is false.
+// https://developer.zendesk.com/api-reference/ticketing/tickets/ticket_audits/#list-audits-for-a-ticket
+// https://developer.zendesk.com/api-reference/introduction/pagination/
+// https://developer.zendesk.com/documentation/api-basics/pagination/comparing-cursor-pagination-and-offset-pagination/
 func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time, withComment bool) (l Landed, found bool, err error) {
+	op := "list audits of ticket " + strconv.FormatInt(ticketID, 10)
+	path := "/tickets/" + strconv.FormatInt(ticketID, 10) + "/audits.json?"
 	after := ""
-	for {
-		q := url.Values{"page[size]": {"100"}, "sort_order": {"desc"}}
+	seen := map[string]bool{}
+	for pages := 0; ; pages++ {
+		if pages == maxAuditPages {
+			return Landed{}, false, &Error{Op: op, Err: fmt.Errorf("the key is not on the newest %d pages of audits, which do not reach back to %s", maxAuditPages, since.UTC().Format(time.RFC3339))}
+		}
+		q := url.Values{"page[size]": {"100"}, "sort": {"-created_at"}, "include_boundary_indicators": {"true"}}
 		if after != "" {
 			q.Set("page[after]", after)
 		}
-		var page struct {
-			Audits []struct {
-				auditJSON
-				CreatedAt time.Time `json:"created_at"`
-				Metadata  any       `json:"metadata"`
-			} `json:"audits"`
-			Meta struct {
-				HasMore     bool   `json:"has_more"`
-				AfterCursor string `json:"after_cursor"`
-			} `json:"meta"`
-		}
-		op := "list audits of ticket " + strconv.FormatInt(ticketID, 10)
-		if err := c.getJSON(ctx, op, "/tickets/"+strconv.FormatInt(ticketID, 10)+"/audits.json?"+q.Encode(), &page); err != nil {
+		var page auditPage
+		if err := c.getJSON(ctx, op, path+q.Encode(), &page); err != nil {
 			return Landed{}, false, err
 		}
 		// Stop early only on a page that is all older than since and
-		// really newest-first: if Zendesk ignored sort_order, stopping at
-		// the first old audit would miss the key on a later page.
+		// really newest-first: if Zendesk ignored sort, stopping at the
+		// first old audit would miss the key on a later page.
 		older, descending := 0, true
 		for i, a := range page.Audits {
 			if i > 0 && a.CreatedAt.After(page.Audits[i-1].CreatedAt) {
@@ -225,11 +240,64 @@ func (c *Client) FindAction(ctx context.Context, ticketID int64, actionKey strin
 		if descending && len(page.Audits) > 0 && older == len(page.Audits) {
 			return Landed{}, false, nil
 		}
-		if !page.Meta.HasMore || page.Meta.AfterCursor == "" || len(page.Audits) == 0 {
+		next, err := page.next()
+		if err != nil {
+			return Landed{}, false, &Error{Op: op, Err: err}
+		}
+		if next == "" {
 			return Landed{}, false, nil
 		}
-		after = page.Meta.AfterCursor
+		if seen[next] {
+			return Landed{}, false, &Error{Op: op, Err: errors.New("the audits' cursor came back a second time: the listing does not advance")}
+		}
+		seen[next] = true
+		after = next
 	}
+}
+
+// auditPage is one page of List Audits for a Ticket with cursor
+// pagination. has_more is a pointer: a page may leave it out.
+type auditPage struct {
+	Audits []struct {
+		auditJSON
+		CreatedAt time.Time `json:"created_at"`
+		Metadata  any       `json:"metadata"`
+	} `json:"audits"`
+	Meta struct {
+		HasMore     *bool  `json:"has_more"`
+		AfterCursor string `json:"after_cursor"`
+	} `json:"meta"`
+	Links struct {
+		Next string `json:"next"`
+	} `json:"links"`
+}
+
+// next returns the page[after] of the next page, "" at the end of the
+// listing. meta.has_more decides when the page has it: false is the end
+// (whatever cursor or link is there), true needs a cursor. A page without
+// has_more goes on while it has audits and a cursor, meta.after_cursor or
+// the page[after] of links.next: a missing field is no "no more".
+// https://developer.zendesk.com/api-reference/introduction/pagination/
+func (p auditPage) next() (string, error) {
+	cursor := p.Meta.AfterCursor
+	if cursor == "" && p.Links.Next != "" {
+		if u, err := url.Parse(p.Links.Next); err == nil {
+			cursor = u.Query().Get("page[after]")
+		}
+	}
+	switch {
+	case p.Meta.HasMore != nil && !*p.Meta.HasMore:
+		return "", nil
+	case p.Meta.HasMore != nil:
+		if cursor == "" {
+			return "", errors.New("meta.has_more is true but the page has no after_cursor and no next link")
+		}
+		return cursor, nil
+	case len(p.Audits) == 0:
+		// Nothing after the cursor: the end, whatever link is there.
+		return "", nil
+	}
+	return cursor, nil
 }
 
 func metadataKey(md any) string {

@@ -183,22 +183,29 @@ func TestFindAction_UnreadableListingIsAnErrorAndBounded(t *testing.T) {
 			requests: 1, error: "no after_cursor",
 		},
 		"the same cursor again": {
-			page: func(int, url.Values) map[string]any {
-				return map[string]any{"audits": []any{audit(1, now, "")}, "meta": map[string]any{"has_more": true, "after_cursor": "same"}}
+			page: func(n int, _ url.Values) map[string]any {
+				// It ends (as the budget's case), so that a search that
+				// follows it round fails this test instead of hanging it.
+				return map[string]any{"audits": []any{audit(1, now, "")}, "meta": map[string]any{"has_more": n < 10, "after_cursor": "same"}}
 			},
 			requests: 2, error: "does not advance",
 		},
 		"the same cursor again, without has_more": {
-			page: func(int, url.Values) map[string]any {
+			page: func(n int, _ url.Values) map[string]any {
+				if n >= 10 {
+					return map[string]any{"audits": []any{}}
+				}
 				return map[string]any{"audits": []any{audit(1, now, "")}, "meta": map[string]any{"after_cursor": "same"}}
 			},
 			requests: 2, error: "does not advance",
 		},
 		"more pages than the budget": {
 			page: func(n int, _ url.Values) map[string]any {
-				return map[string]any{"audits": []any{audit(int64(n+1), now, "")}, "meta": map[string]any{"has_more": true, "after_cursor": fmt.Sprint("c", n)}}
+				// It ends too.
+				more := n < 2*maxAuditPages
+				return map[string]any{"audits": []any{audit(int64(n+1), now, "")}, "meta": map[string]any{"has_more": more, "after_cursor": fmt.Sprint("c", n)}}
 			},
-			requests: 100, error: "pages of audits",
+			requests: maxAuditPages, error: "pages of audits",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -231,9 +238,11 @@ func TestFindAction_StopsAtSince(t *testing.T) {
 }
 
 // Against the Zendesk stand-in, which pages as the documentation says (and
-// leaves has_more out unless include_boundary_indicators asks for it):
-// our update under 250 later ones is found on the third page, newest
-// first; a key that is not there is searched for through every page.
+// leaves has_more out unless include_boundary_indicators asks for it): our
+// update between 150 older and 150 later ones is found on the second page,
+// newest first; a key that is not there is searched for through every
+// page. (Read oldest first, or stopped at the first page without has_more,
+// the search would miss it.)
 func TestFindAction_OnTheStandIn(t *testing.T) {
 	z := standin.NewZendesk(testEmail, testToken)
 	srv := httptest.NewServer(z)
@@ -242,12 +251,14 @@ func TestFindAction_OnTheStandIn(t *testing.T) {
 	require.NoError(t, err)
 	ticket := z.AddTicket(standin.Ticket{Subject: "x"})
 	start := time.Now()
-
+	for i := range 150 {
+		z.AddComment(ticket, standin.SeedComment{Body: fmt.Sprint("earlier ", i)})
+	}
 	st, err := c.ReadTicket(t.Context(), ticket)
 	require.NoError(t, err)
 	ours, err := c.UpdateTicket(t.Context(), ticket, Update{Comment: &supportflow.Comment{Body: "ours", Public: true}}, testKey, st.Stamp)
 	require.NoError(t, err)
-	for i := range 250 {
+	for i := range 150 {
 		z.AddComment(ticket, standin.SeedComment{Body: fmt.Sprint("later ", i)})
 	}
 	path := fmt.Sprintf("/api/v2/tickets/%d/audits", ticket)
@@ -256,10 +267,10 @@ func TestFindAction_OnTheStandIn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	assert.Equal(t, ours, l)
-	assert.Equal(t, 3, z.Requests(http.MethodGet, path), "252 audits, newest first: ours is on the third page of 100")
+	assert.Equal(t, 2, z.Requests(http.MethodGet, path), "newest first, ours is the 151st audit: on the second page of 100")
 
 	_, found, err = c.FindAction(t.Context(), ticket, "p2:0", start.Add(-time.Minute), false)
 	require.NoError(t, err)
 	assert.False(t, found)
-	assert.Equal(t, 3+3, z.Requests(http.MethodGet, path), "every page read, then has_more false")
+	assert.Equal(t, 2+4, z.Requests(http.MethodGet, path), "302 audits: every page read, then has_more false")
 }

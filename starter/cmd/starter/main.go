@@ -34,8 +34,8 @@
 // Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 // SUPPORTFLOW_TASK_QUEUE, the payload keys (SUPPORTFLOW_PAYLOAD_KEYS or
 // SUPPORTFLOW_PAYLOAD_KEYS_FILE, as the worker's),
-// SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (as the worker's), and for parity
-// DATABASE_URL and SUPPORTFLOW_ACCOUNT.
+// SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (as the worker's), and for approve,
+// retry and parity DATABASE_URL and SUPPORTFLOW_ACCOUNT.
 package main
 
 import (
@@ -87,9 +87,10 @@ var commands = []command{
 	{name: "approve", args: "TICKET PROPOSAL_ID [--by NAME]", help: "approve a draft's current proposal and print the result as JSON",
 		detail: "PROPOSAL_ID must be the draft's current proposal awaiting approval (see draft-status);\n" +
 			"any other (stale, expired, superseded, rejected) exits 1, as does a ticket without a draft.\n" +
-			"Approving the same proposal again joins its execution (already_approved: true).",
+			"Approving the same proposal again, while it runs or after it finished, answers its execution (already_approved: true).\n" +
+			"The approval is recorded in PostgreSQL, where every leg checks it: DATABASE_URL and SUPPORTFLOW_ACCOUNT must be set.",
 		run: approve, flags: func(fs *flag.FlagSet) {
-			fs.String("by", "", "who approves, recorded on the proposal (1-200 characters)")
+			fs.String("by", "", "who approves, recorded on the proposal and the approval (1-200 characters; default operator:$SUPPORTFLOW_OPERATOR or $USER)")
 		}},
 	{name: "reject", args: "TICKET PROPOSAL_ID [--by NAME] [--reason TEXT]", help: "reject a draft's current proposal",
 		detail: "PROPOSAL_ID must be the draft's current proposal awaiting approval (see draft-status);\n" +
@@ -141,7 +142,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nexit status: 0 done, 1 failed, 2 bad usage (nothing was sent)")
 	fmt.Fprintln(w, "\nenvironment: TEMPORAL_ADDRESS (localhost:7233), TEMPORAL_NAMESPACE (default), SUPPORTFLOW_TASK_QUEUE (supportflow);")
-	fmt.Fprintln(w, "parity also DATABASE_URL and SUPPORTFLOW_ACCOUNT (both required)")
+	fmt.Fprintln(w, "approve, retry and parity also DATABASE_URL and SUPPORTFLOW_ACCOUNT (both required)")
 }
 
 // run executes one command and returns the exit code: 0 done, 1 failed,
