@@ -94,7 +94,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		// Zendesk's updated_stamp has whole seconds: the fence must land
 		// in a later second than any stamp an attempt of ours read.
 		_ = workflow.Sleep(sctx, fencePause)
-		noteErr := w.postNote(sctx, fenceKey(proposalID, i), act.TicketID, fenceNote(st.Key, st.Reason))
+		noteErr := w.postNote(sctx, fenceKey(proposalID, workflow.GetInfo(ctx).WorkflowExecution.RunID, i), act.TicketID, fenceNote(st.Key, st.Reason))
 		if noteErr == nil {
 			settle.Fenced = true
 		} else {
@@ -145,7 +145,10 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 		opts.ScheduleToCloseTimeout = d.UnresolvedLegBound
 		opts.RetryPolicy.MaximumAttempts = 0 // until the bound
 	} else {
-		opts.RetryPolicy.MaximumAttempts = 3 // a quick look, before the reply
+		// A quick look before the reply: long enough to wait out the lease
+		// a last attempt whose call may have landed keeps, no longer.
+		opts.RetryPolicy.MaximumAttempts = 0
+		opts.ScheduleToCloseTimeout = 2*d.Lease + opts.StartToCloseTimeout
 	}
 	var res activities.SettleLegsResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
@@ -248,8 +251,13 @@ func failureReason(err error) string {
 const fencePause = 2 * time.Second
 
 // fenceKey is the ledger key of the note that fences an action's Zendesk
-// write (its own key space, beside the attention note's).
-func fenceKey(proposalID string, index int) string { return attentionKey("fence/"+proposalID, index) }
+// write (its own key space, beside the attention note's). It is one per
+// execution run: a later run of the same proposal (a re-approval, a retry)
+// must write a fence of its own, never find an earlier run's note applied
+// and take that for a fence.
+func fenceKey(proposalID, runID string, index int) string {
+	return attentionKey("fence/"+proposalID+"/"+runID, index)
+}
 
 // fenceNote is the fence note's text: what happened, in classified words.
 func fenceNote(actionKey, reason string) string {
