@@ -19,7 +19,8 @@ var ErrAttemptOver = errors.New("the attempt is no longer live in Temporal")
 
 // Run runs work while a ticker heartbeats details() to Temporal every
 // interval. After each heartbeat, onTick (if any) runs; an error from it
-// cancels the work, waits for it, and is returned. When Temporal has given
+// cancels the work, waits for it, and is returned, unless the work had
+// already succeeded (then nil). When Temporal has given
 // the attempt up (a timed-out or cancelled attempt's context ends after its
 // next heartbeat), the work is cancelled and waited for, so a stale attempt
 // stops rather than running on unseen; the error then wraps ErrAttemptOver.
@@ -56,7 +57,13 @@ func Run(ctx context.Context, interval time.Duration, details func() any, onTick
 			}
 			if err := onTick(ctx); err != nil {
 				cancel(err)
-				<-done
+				if werr := <-done; werr == nil {
+					// The work had finished, and succeeded, while the tick
+					// ran: its result stands (a lease extension that lost
+					// because the work had just recorded the action done
+					// is not a failure of the work).
+					return nil
+				}
 				return err
 			}
 		}
