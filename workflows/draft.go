@@ -390,18 +390,24 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 // when its approved reply was held back (needs_attention).
 const versionRedraftAfterAttention = "draft-redraft-after-attention"
 
-// heldBackOutcome describes an execution that ended needs_attention, from
-// the statuses its ActionFailed error carries; "" for any other failure.
-func heldBackOutcome(err error) string {
+// failedStatuses are the action statuses an ActionFailed error carries
+// (nil for any other error).
+func failedStatuses(err error) []supportflow.ActionStatus {
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != supportflow.ErrTypeActionFailed || !app.HasDetails() {
-		return ""
+		return nil
 	}
 	var statuses []supportflow.ActionStatus
 	if app.Details(&statuses) != nil {
-		return ""
+		return nil
 	}
-	for _, st := range statuses {
+	return statuses
+}
+
+// heldBackOutcome describes an execution that ended needs_attention, from
+// the statuses its ActionFailed error carries; "" for any other failure.
+func heldBackOutcome(err error) string {
+	for _, st := range failedStatuses(err) {
 		if st.State == supportflow.StateNeedsAttention {
 			return fmt.Sprintf("The previous approved reply was NOT sent: cancelling the subscriptions failed (%s). "+
 				"Cancelled so far: %v. Do not say anything was cancelled that is not in that list; tell the customer "+
@@ -424,15 +430,7 @@ const versionOutcomeFromLedger = "draft-outcome-from-ledger"
 // not held back (it may have landed: its outcome is unknown), so no
 // second answer is drafted.
 func heldBackOutcomeFromLedger(err error) string {
-	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != supportflow.ErrTypeActionFailed || !app.HasDetails() {
-		return ""
-	}
-	var statuses []supportflow.ActionStatus
-	if app.Details(&statuses) != nil {
-		return ""
-	}
-	for _, st := range statuses {
+	for _, st := range failedStatuses(err) {
 		if st.State != supportflow.StateNeedsAttention {
 			continue
 		}
