@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -128,7 +130,13 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 				if !in.GiveUp {
 					return SettleLegsResult{}, fmt.Errorf("searching ticket %d's audits after the fence: %w", in.TicketID, err)
 				}
+				// The audits could not be read: what landed stays unknown.
 				unresolved = append(unresolved, "zendesk "+strconv.FormatInt(in.TicketID, 10))
+				_, todo := receiverLegs(row.Legs, "zendesk")
+				o = nil
+				for _, leg := range todo {
+					o = append(o, ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegUnknown, Resolved: true})
+				}
 			}
 			outcomes = append(outcomes, o...)
 		case in.GiveUp:
@@ -208,10 +216,13 @@ func (a *Activities) resolveCancellation(ctx context.Context, actionKey, sub str
 	case err == nil && isCancelled:
 		o.State, o.AlreadyDone = ledger.LegDone, true
 		return o, nil
-	case err != nil && isPermanent(err):
-		o.State, o.Error = ledger.LegFailed, "the subscription service refused to read it: "+lookupRefusal(err)
+	case err != nil && hasStatus(err, http.StatusNotFound, http.StatusGone):
+		// The service does not have it: nothing of ours landed on it.
+		o.State, o.Error = ledger.LegFailed, "the subscription service does not know it: "+lookupRefusal(err)
 		return o, nil
 	case err != nil:
+		// Any other refusal (401, 403, 400: our credentials or request)
+		// says nothing of what landed: ask again, up to the bound.
 		return o, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, a.Durations.Fill().SubscriptionCallTimeout)
@@ -221,11 +232,20 @@ func (a *Activities) resolveCancellation(ctx context.Context, actionKey, sub str
 	case err == nil:
 		o.State, o.AlreadyDone = ledger.LegDone, c.AlreadyCancelled
 		return o, nil
-	case isPermanent(err):
+	case hasStatus(err, http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity):
+		// Refused on the subscription's own account (unknown, or not
+		// cancellable): this key's answer, so the first request's too.
 		o.State, o.Error = ledger.LegFailed, "the subscription service refused the cancellation: "+lookupRefusal(err)
 		return o, nil
 	}
 	return o, err
+}
+
+// hasStatus reports whether err is a subscription-service answer with one
+// of statuses.
+func hasStatus(err error, statuses ...int) bool {
+	var e *subscriptions.Error
+	return errors.As(err, &e) && slices.Contains(statuses, e.Status)
 }
 
 // searchZendeskLegs reads, after the fence, whether the action's Zendesk

@@ -210,6 +210,16 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 	if err != nil {
 		return err
 	}
+	// A drafted proposal that ended without running (rejected after all,
+	// superseded, expired: its approval never reached the draft) admits
+	// nothing, whatever approval row is left.
+	if p, err := l.GetProposal(ctx, proposalID); err == nil {
+		if err := refuseEnded(p, key); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
 	// The digest covers the ticket, so a proposal approved for one ticket
 	// never admits a write to another.
 	if a.ActionDigests != nil {
@@ -246,6 +256,9 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		return fmt.Errorf("%w: action %s was never started before approvals were recorded, and no proposal is stored for it", ErrNotApproved, key)
 	}
 	if err != nil {
+		return err
+	}
+	if err := refuseEnded(p, key); err != nil {
 		return err
 	}
 	actions := p.DraftProposal.Proposal().Actions
@@ -286,7 +299,14 @@ func (l *Ledger) MarkRetrying(ctx context.Context, proposalID string) error {
 		err = tx.QueryRow(ctx, `
 SELECT proposal_id, state FROM proposal
 WHERE account = $1 AND ticket_id = $2 AND proposal_id <> $3
-  AND ((created_at > $4 AND state IN ('awaiting_approval', 'executing', 'done')) OR state = 'executing')
+  AND ((created_at > $4 AND (state IN ('awaiting_approval', 'executing', 'done')
+        -- a newer proposal that failed with its reply on the ticket, or
+        -- perhaps on it, answered the customer too
+        OR (state = 'failed' AND EXISTS (
+              SELECT 1 FROM action a JOIN action_leg l ON l.action_id = a.id
+              WHERE a.account = proposal.account AND a.proposal_id = proposal.proposal_id
+                AND l.kind = 'reply' AND l.state IN ('done', 'unknown')))))
+       OR state = 'executing')
 ORDER BY created_at DESC LIMIT 1`, l.account, ticket, proposalID, created).Scan(&other, &otherState)
 		switch {
 		case err == nil:
@@ -306,6 +326,16 @@ WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, l
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: retry %s: %w", proposalID, err)
+	}
+	return nil
+}
+
+// refuseEnded refuses an action of a drafted proposal that ended without
+// running.
+func refuseEnded(p Proposal, key string) error {
+	switch p.State {
+	case supportflow.DraftRejected, supportflow.DraftSuperseded, supportflow.DraftExpired:
+		return fmt.Errorf("%w: action %s: proposal %s was %s, not executed", ErrNotApproved, key, p.ID, p.State)
 	}
 	return nil
 }

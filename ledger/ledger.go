@@ -649,7 +649,12 @@ WHERE action_id = $1 AND kind = $2 AND target = $3 AND state <> 'done'`+only,
 			}
 		}
 		if req.Mode == SettleResolveOnly {
-			return nil
+			// Every leg turned out done (an action of cancellations only):
+			// applied; anything else stays open for the execution.
+			_, err := tx.Exec(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
+settled_at = now(), updated_at = now()
+WHERE id = $1 AND EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id) AND `+complete, id)
+			return err
 		}
 		var legs, done, unknown int
 		if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'unknown')

@@ -201,6 +201,14 @@ func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal, a
 	if s.Approvals == nil {
 		return Execution{}, ErrNoApprovals
 	}
+	// A drafted proposal is approved through its draft (Approve), which
+	// checks that it is the one awaiting approval and that nothing else
+	// answers the ticket.
+	if _, err := s.Approvals.GetProposal(ctx, p.ID); err == nil {
+		return Execution{}, fmt.Errorf("%w: proposal %s was drafted; approve it through its draft (Approve, POST /proposals/{id}/approve)", supportflow.ErrInvalidInput, p.ID)
+	} else if !errors.Is(err, ledger.ErrNotFound) {
+		return Execution{}, err
+	}
 	if _, err := s.Approvals.RecordApproval(ctx, p, approvedBy, "", false); err != nil {
 		return Execution{}, err
 	}

@@ -118,7 +118,9 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	if res.State == supportflow.StateNeedsAttention {
 		if heldBack && act.Comment.Public {
 			// The customer was not told; the agents must be.
-			if err := w.postNote(sctx, attentionKey(proposalID, i), act.TicketID, attentionNoteFromLedger(st)); err != nil {
+			// One per run: a retry's note says its own outcome.
+			noteKey := attentionKey(proposalID+"/"+workflow.GetInfo(ctx).WorkflowExecution.RunID, i)
+			if err := w.postNote(sctx, noteKey, act.TicketID, attentionNoteFromLedger(st)); err != nil {
 				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
 			}
 		}

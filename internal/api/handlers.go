@@ -242,6 +242,8 @@ func (s *Server) decisionError(w http.ResponseWriter, r *http.Request, err error
 	switch {
 	case errors.Is(err, starter.ErrStaleProposal) || errors.Is(err, starter.ErrNoDraft):
 		problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval", err.Error())
+	case errors.Is(err, ledger.ErrConflict):
+		problem(w, http.StatusConflict, "proposal-conflict", "Proposal approved with other content", err.Error())
 	case errors.Is(err, starter.ErrAnswerConflict):
 		// Another proposal answers the ticket: a retry of an older one is
 		// executing, or one went out after this one was drafted.
