@@ -78,6 +78,7 @@ func TestExecution_NeedsAttentionSaysWhatWasCancelled(t *testing.T) {
 	id := settleProposalID("says-what")
 	s.approve(supportflow.Proposal{ID: id, Actions: []supportflow.Action{reply(ticket, "Both of your plans are cancelled.", "sub-done", "sub-refused")}})
 	_, err := s.wait(id)
+	s.recordHistory(supportflow.ExecuteWorkflowID(id), "", "execute_proposal_settled_needs_attention")
 	statuses := actionFailure(t, err)
 	require.Len(t, statuses, 1)
 	assert.Equal(t, supportflow.StateNeedsAttention, statuses[0].State)
@@ -143,6 +144,7 @@ func TestExecution_LostAnswersResolvedThenReplied(t *testing.T) {
 
 	s.approve(supportflow.Proposal{ID: id, Actions: []supportflow.Action{reply(ticket, "Both of your plans are cancelled.", subs...)}})
 	statuses, err := s.wait(id)
+	s.recordHistory(supportflow.ExecuteWorkflowID(id), "", "execute_proposal_lost_answers_replied")
 	require.NoError(t, err)
 	require.Len(t, statuses, 1)
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
@@ -191,6 +193,7 @@ func TestExecution_LastAttemptLandedSettlesDone(t *testing.T) {
 
 	s.approve(supportflow.Proposal{ID: id, Actions: []supportflow.Action{reply(ticket, "Your refund is on its way.")}})
 	statuses, err := s.wait(id)
+	s.recordHistory(supportflow.ExecuteWorkflowID(id), "", "execute_proposal_fenced_applied")
 	require.NoError(t, err, "the settle found the reply on the audits")
 	require.Len(t, statuses, 1)
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
