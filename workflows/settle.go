@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -118,9 +120,13 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	if res.State == supportflow.StateNeedsAttention {
 		if heldBack && act.Comment.Public {
 			// The customer was not told; the agents must be.
-			// One per run: a retry's note says its own outcome.
-			noteKey := attentionKey(proposalID+"/"+workflow.GetInfo(ctx).WorkflowExecution.RunID, i)
-			if err := w.postNote(sctx, noteKey, act.TicketID, attentionNoteFromLedger(st)); err != nil {
+			// Keyed by what it says: a retry with the same outcome finds its
+			// note applied and does not repeat it; one with another outcome
+			// writes its own.
+			body := attentionNoteFromLedger(st)
+			sum := sha256.Sum256([]byte(body))
+			noteKey := attentionKey(proposalID+"/"+hex.EncodeToString(sum[:8]), i)
+			if err := w.postNote(sctx, noteKey, act.TicketID, body); err != nil {
 				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
 			}
 		}
