@@ -132,19 +132,12 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 				}
 				// The audits could not be read: what landed stays unknown.
 				unresolved = append(unresolved, "zendesk "+strconv.FormatInt(in.TicketID, 10))
-				_, todo := receiverLegs(row.Legs, "zendesk")
-				o = nil
-				for _, leg := range todo {
-					o = append(o, ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegUnknown, Resolved: true})
-				}
+				o = openZendeskLegsUnknown(row.Legs)
 			}
 			outcomes = append(outcomes, o...)
 		case in.GiveUp:
 			// Never fenced: what landed cannot be known, so it stays unknown.
-			_, todo := receiverLegs(row.Legs, "zendesk")
-			for _, leg := range todo {
-				outcomes = append(outcomes, ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegUnknown, Resolved: true})
-			}
+			outcomes = append(outcomes, openZendeskLegsUnknown(row.Legs)...)
 		case !in.ResolveOnly:
 			return resultOf(row, true), nil
 		}
@@ -177,6 +170,17 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 		a.Metrics.ActionLeg("zendesk", "needs_attention")
 	}
 	return out, nil
+}
+
+// openZendeskLegsUnknown records the Zendesk legs not done as unknown:
+// what landed on the ticket could not be learned.
+func openZendeskLegsUnknown(legs ledger.Legs) []ledger.LegOutcome {
+	_, todo := receiverLegs(legs, "zendesk")
+	var out []ledger.LegOutcome
+	for _, leg := range todo {
+		out = append(out, ledger.LegOutcome{Kind: leg.Kind, Target: leg.Target, State: ledger.LegUnknown, Resolved: true})
+	}
+	return out
 }
 
 // resultOf reads a settle's result off the recorded action.

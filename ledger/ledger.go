@@ -648,30 +648,24 @@ WHERE action_id = $1 AND kind = $2 AND target = $3 AND state <> 'done'`+only,
 				return err
 			}
 		}
-		if req.Mode == SettleResolveOnly {
-			// Every leg turned out done (an action of cancellations only):
-			// applied; anything else stays open for the execution.
-			_, err := tx.Exec(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
-settled_at = now(), updated_at = now()
-WHERE id = $1 AND EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id) AND `+complete, id)
+		// Every leg turned out done (a lost answer resolved as landed; an
+		// action of cancellations only after the quick look): the action is
+		// applied, not failed.
+		tag, err := tx.Exec(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
+settled_at = now(), updated_at = now(), settled_run = NULLIF($2, '')
+WHERE id = $1 AND EXISTS (SELECT 1 FROM action_leg l WHERE l.action_id = action.id) AND `+complete, id, req.Run)
+		if err != nil || tag.RowsAffected() == 1 || req.Mode == SettleResolveOnly {
+			// Applied, or (resolving only) left open for the execution.
 			return err
 		}
-		var legs, done, unknown int
-		if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'unknown')
-FROM action_leg WHERE action_id = $1`, id).Scan(&legs, &done, &unknown); err != nil {
+		var unknown int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM action_leg WHERE action_id = $1 AND state = 'unknown'`, id).Scan(&unknown); err != nil {
 			return err
 		}
 		if unknown > 0 && req.Mode != SettleGiveUp {
 			return fmt.Errorf("%w: %d legs of %s", ErrUnresolved, unknown, req.Key)
 		}
-		if legs > 0 && done == legs {
-			// Every leg succeeded after all (a lost answer resolved as
-			// landed): the action is applied, not failed.
-			_, err := tx.Exec(ctx, `UPDATE action SET state = 'applied', last_error = NULL, lease_expires_at = NULL,
-settled_at = now(), updated_at = now(), settled_run = NULLIF($2, '') WHERE id = $1`, id, req.Run)
-			return err
-		}
-		_, err := tx.Exec(ctx, `
+		_, err = tx.Exec(ctx, `
 UPDATE action SET
   state = CASE WHEN $4 AND EXISTS (SELECT 1 FROM action_leg u WHERE u.action_id = action.id AND u.state = 'unknown')
                THEN 'needs_attention'
