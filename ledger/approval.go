@@ -213,12 +213,15 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 	// A drafted proposal that ended without running (rejected after all,
 	// superseded, expired: its approval never reached the draft) admits
 	// nothing, whatever approval row is left.
-	if p, err := l.GetProposal(ctx, proposalID); err == nil {
+	p, perr := l.GetProposal(ctx, proposalID)
+	stored := perr == nil
+	if perr != nil && !errors.Is(perr, ErrNotFound) {
+		return perr
+	}
+	if stored {
 		if err := refuseEnded(p, key); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, ErrNotFound) {
-		return err
 	}
 	// The digest covers the ticket, so a proposal approved for one ticket
 	// never admits a write to another.
@@ -239,8 +242,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		}
 		return fmt.Errorf("%w: action %s is not what was approved (ticket, reply, subscriptions or ticket update differ)", ErrNotApproved, key)
 	}
-	p, err := l.GetProposal(ctx, proposalID)
-	if errors.Is(err, ErrNotFound) {
+	if !stored {
 		// A proposal an app composed, carried over while its execution
 		// was under way: an earlier action reserved before the upgrade
 		// means this one was approved with it (its first reserve pins its
@@ -254,12 +256,6 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 			return nil
 		}
 		return fmt.Errorf("%w: action %s was never started before approvals were recorded, and no proposal is stored for it", ErrNotApproved, key)
-	}
-	if err != nil {
-		return err
-	}
-	if err := refuseEnded(p, key); err != nil {
-		return err
 	}
 	actions := p.DraftProposal.Proposal().Actions
 	if index < len(actions) && ContentDigest(actions[index]) == digest {
