@@ -103,6 +103,26 @@ func DraftWorkflowID(ticketID int64) string { return "draft/" + strconv.FormatIn
 // EvaluationWorkflowID is the workflow ID of an evaluation run.
 func EvaluationWorkflowID(runID string) string { return "eval/" + runID }
 
+// Task-queue priorities (1 first, 5 last; Temporal's default is 3): work a
+// person waits on is handed to workers before work machines queued earlier
+// on the same task queue, the resource queues included (an approved reply's
+// Zendesk write overtakes a scan's ticket reads). A workflow's activities
+// and children inherit its priority unless given their own.
+// https://docs.temporal.io/develop/task-queue-priority-fairness
+const (
+	// PriorityExecution: executions of approved proposals and operator
+	// retries (a person approved; the customer waits for the reply).
+	PriorityExecution = 1
+	// PriorityRequestedDraft: a draft a person asked for (API, starter).
+	PriorityRequestedDraft = 2
+	// PriorityScannedDraft: a draft a scan started.
+	PriorityScannedDraft = 3
+	// PriorityBackground: scans, evaluations, enrichment, reconciliation.
+	PriorityBackground = 4
+	// PriorityMaintenance: the retention prune.
+	PriorityMaintenance = 5
+)
+
 // ScanScheduleID is the ID of the Temporal Schedule that runs ScanTickets.
 const ScanScheduleID = "supportflow-scan-tickets"
 

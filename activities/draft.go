@@ -408,8 +408,10 @@ func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (suppo
 	draft, err := ParseDraft(content, in.Ticket)
 	if err != nil {
 		a.Metrics.Draft("invalid_output")
-		a.log(ctx).Warn("model answered an invalid draft", "ticket_id", in.Ticket.Conversation.TicketID,
-			"error", err, "tokens", p.get().Tokens)
+		// The error quotes the answer (a subscription it named, where it
+		// does not parse): the log has the answer's size, never its text.
+		a.log(ctx).Warn("model answered an invalid draft", "ticket_id", in.Ticket.Conversation.TicketID, "proposal_id", in.ProposalID,
+			"error_type", supportflow.ErrTypeInvalidModelOutput, "answer_bytes", len(content), "tokens", p.get().Tokens)
 		return supportflow.DraftProposal{}, temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeInvalidModelOutput, err)
 	}
 	draft.ID = in.ProposalID

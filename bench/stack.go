@@ -23,6 +23,7 @@ import (
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
@@ -128,7 +129,20 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 	if err != nil {
 		return nil, err
 	}
-	o := client.Options{HostPort: s.address, Logger: sdklog.NewStructuredLogger(quietLogger())}
+	// A Temporal of the caller's (TEMPORAL_ADDRESS) is reached as every
+	// supportflow process reaches it: TLS, mTLS and API key from the
+	// environment (temporalconn), passed on to the workers too.
+	conn := temporalconn.Plain(s.address, "")
+	if externalTemporal != "" {
+		if conn, err = temporalconn.FromEnv(os.Getenv); err != nil {
+			return nil, err
+		}
+		conn.Address = s.address
+	}
+	o := client.Options{Logger: sdklog.NewStructuredLogger(quietLogger())}
+	if err := conn.Apply(&o); err != nil {
+		return nil, err
+	}
 	codec.Apply(&o, keys)
 	if s.temporal, err = client.DialContext(ctx, o); err != nil {
 		return nil, err
@@ -175,6 +189,13 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		"BIGQUERY_ENDPOINT=" + urls["bq"] + "/bigquery/v2/", "BIGQUERY_PROJECT=bench", "BIGQUERY_DATASET=commerce",
 		"SUPPORTFLOW_METRICS_ADDR=", "SUPPORTFLOW_LOG_LEVEL=warn", "SUPPORTFLOW_DRAIN_TIMEOUT=2s",
 		codec.EnvKeys + "=" + keysEnv,
+	}
+	if externalTemporal != "" {
+		for _, v := range temporalconn.Vars {
+			if val, ok := os.LookupEnv(v.Name); ok && v.Name != temporalconn.EnvAddress {
+				s.env = append(s.env, v.Name+"="+val)
+			}
+		}
 	}
 	// The stand-ins have no rate limits: measure the engine, not a plan.
 	for _, r := range policy.Resources {

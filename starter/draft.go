@@ -49,6 +49,8 @@ func (s *Starter) StartDraft(ctx context.Context, ticketID int64, reason string)
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrTicketID).ValueSet(strconv.FormatInt(ticketID, 10)),
 			temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrState).ValueSet(supportflow.DraftGathering)),
+		Priority:      temporal.Priority{PriorityKey: supportflow.PriorityRequestedDraft},
+		StaticSummary: fmt.Sprintf("draft a reply to ticket %d", ticketID),
 	}, supportflow.DraftReplyWorkflow, req)
 	if err != nil {
 		return Draft{}, fmt.Errorf("starter: draft ticket %d: %w", ticketID, err)
@@ -362,10 +364,12 @@ func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow
 // while the previous one still runs. It is safe to call at every start.
 func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration) error {
 	return s.ensureSchedule(ctx, supportflow.ScanScheduleID, interval, &client.ScheduleWorkflowAction{
-		ID:        "scan-tickets",
-		Workflow:  supportflow.ScanTicketsWorkflow,
-		Args:      []any{supportflow.ScanRequest{}},
-		TaskQueue: s.taskQueue(),
+		ID:            "scan-tickets",
+		Workflow:      supportflow.ScanTicketsWorkflow,
+		Args:          []any{supportflow.ScanRequest{}},
+		TaskQueue:     s.taskQueue(),
+		Priority:      temporal.Priority{PriorityKey: supportflow.PriorityBackground},
+		StaticSummary: "scan tickets for drafts",
 	})
 }
 
@@ -373,9 +377,11 @@ func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration
 // PruneRetention once a day (overlap skip).
 func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
 	return s.ensureSchedule(ctx, supportflow.PruneScheduleID, 24*time.Hour, &client.ScheduleWorkflowAction{
-		ID:        "prune-retention",
-		Workflow:  supportflow.PruneRetentionWorkflow,
-		TaskQueue: s.taskQueue(),
+		ID:            "prune-retention",
+		Workflow:      supportflow.PruneRetentionWorkflow,
+		TaskQueue:     s.taskQueue(),
+		Priority:      temporal.Priority{PriorityKey: supportflow.PriorityMaintenance},
+		StaticSummary: "daily retention prune",
 	})
 }
 
@@ -383,10 +389,12 @@ func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
 // Temporal Schedule that runs ReconcileTickets (overlap skip).
 func (s *Starter) EnsureReconcileSchedule(ctx context.Context, interval time.Duration) error {
 	return s.ensureSchedule(ctx, supportflow.ReconcileScheduleID, interval, &client.ScheduleWorkflowAction{
-		ID:        "reconcile-tickets",
-		Workflow:  supportflow.ReconcileTicketsWorkflow,
-		Args:      []any{supportflow.ReconcileRequest{}},
-		TaskQueue: s.taskQueue(),
+		ID:            "reconcile-tickets",
+		Workflow:      supportflow.ReconcileTicketsWorkflow,
+		Args:          []any{supportflow.ReconcileRequest{}},
+		TaskQueue:     s.taskQueue(),
+		Priority:      temporal.Priority{PriorityKey: supportflow.PriorityBackground},
+		StaticSummary: "reconcile tickets with Zendesk's exports",
 	})
 }
 
@@ -416,6 +424,8 @@ func (s *Starter) Reconcile(ctx context.Context) (supportflow.ReconcileResult, e
 		TaskQueue:                s.taskQueue(),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		Priority:                 temporal.Priority{PriorityKey: supportflow.PriorityBackground},
+		StaticSummary:            "reconcile tickets with Zendesk's exports (on demand)",
 	}, supportflow.ReconcileTicketsWorkflow, supportflow.ReconcileRequest{})
 	if err != nil {
 		return res, fmt.Errorf("starter: reconcile: %w", err)
@@ -471,6 +481,8 @@ func (s *Starter) StartEvaluation(ctx context.Context, req supportflow.Evaluatio
 		ID:                       id,
 		TaskQueue:                s.taskQueue(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		Priority:                 temporal.Priority{PriorityKey: supportflow.PriorityBackground},
+		StaticSummary:            "evaluate drafts, run " + req.RunID,
 	}, supportflow.EvaluateDraftsWorkflow, req)
 	if err != nil {
 		return "", fmt.Errorf("starter: start evaluation %s: %w", req.RunID, err)

@@ -30,6 +30,8 @@ func (s *Starter) RecordTicketEvent(ctx context.Context, ev supportflow.TicketEv
 			TypedSearchAttributes: temporal.NewSearchAttributes(
 				temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrTicketID).ValueSet(strconv.FormatInt(ev.TicketID, 10)),
 				temporal.NewSearchAttributeKeyKeyword(supportflow.SearchAttrState).ValueSet(supportflow.EnrichWaiting)),
+			Priority:      temporal.Priority{PriorityKey: supportflow.PriorityBackground},
+			StaticSummary: fmt.Sprintf("enrich ticket %d", ev.TicketID),
 		}, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: ev.TicketID})
 	if err != nil {
 		return "", fmt.Errorf("starter: ticket event for %d: %w", ev.TicketID, err)

@@ -13,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/ledger"
@@ -231,6 +232,8 @@ func (s *Starter) start(ctx context.Context, p supportflow.Proposal) (Execution,
 		TaskQueue:                s.taskQueue(),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		Priority:                 temporal.Priority{PriorityKey: supportflow.PriorityExecution},
+		StaticSummary:            executionSummary(p),
 	}, supportflow.ExecuteProposalWorkflow, p)
 	if err != nil {
 		return Execution{}, fmt.Errorf("starter: execute proposal %s: %w", p.ID, err)
@@ -262,4 +265,13 @@ func (s *Starter) ActionStates(ctx context.Context, proposalID string) ([]suppor
 		return nil, errors.Join(fmt.Errorf("starter: decode action states of %s", proposalID), err)
 	}
 	return statuses, nil
+}
+
+// executionSummary is the execution's one line in the Web UI: IDs and
+// counts, never customer text.
+func executionSummary(p supportflow.Proposal) string {
+	if len(p.Actions) == 0 {
+		return "execute proposal " + p.ID
+	}
+	return fmt.Sprintf("execute proposal %s · ticket %d · %d action(s)", p.ID, p.Actions[0].TicketID, len(p.Actions))
 }

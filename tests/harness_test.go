@@ -34,6 +34,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
@@ -103,9 +104,17 @@ func loadTestKeys() error {
 // ID:BASE64KEY list such as keysA).
 func dialTemporal(t *testing.T, keys string) (client.Client, converter.DataConverter, converter.FailureConverter) {
 	t.Helper()
+	return dialTemporalWith(t, temporalconn.Plain(testenv.TemporalAddress(t), ""), keys)
+}
+
+// dialTemporalWith dials the frontend conn names, as a supportflow process
+// would (TLS, mTLS, API key).
+func dialTemporalWith(t *testing.T, conn temporalconn.Settings, keys string) (client.Client, converter.DataConverter, converter.FailureConverter) {
+	t.Helper()
 	ring, err := codec.ParseKeyring(keys, "test keys")
 	require.NoError(t, err)
-	o := client.Options{HostPort: testenv.TemporalAddress(t), Logger: quietLogger{}}
+	o := client.Options{Logger: quietLogger{}}
+	require.NoError(t, conn.Apply(&o))
 	codec.Apply(&o, ring)
 	c, err := client.Dial(o)
 	require.NoError(t, err)
@@ -160,6 +169,9 @@ type stack struct {
 
 	// extraEnv is added to the worker's environment (later entries win).
 	extraEnv []string
+	// temporalEnv is how the worker reaches Temporal (TEMPORAL_ADDRESS and,
+	// on a secured server, TEMPORAL_TLS_* and TEMPORAL_API_KEY).
+	temporalEnv []string
 
 	mu      sync.Mutex
 	worker  *exec.Cmd
@@ -169,6 +181,13 @@ type stack struct {
 }
 
 func newStack(t *testing.T) *stack {
+	t.Helper()
+	return newStackOn(t, nil, nil)
+}
+
+// newStackOn is newStack on the Temporal frontend conn (nil: the shared
+// test server), its workers given env to reach it.
+func newStackOn(t *testing.T, conn *temporalconn.Settings, env []string) *stack {
 	t.Helper()
 	ctx := context.Background()
 	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), logs: &bytes.Buffer{}, payloadKeys: keysA}
@@ -199,7 +218,13 @@ func newStack(t *testing.T) *stack {
 	s.ledger = ledger.New(s.pool, zdHost(s.zdSrv.URL()))
 
 	var dc converter.DataConverter
-	s.temporal, dc, s.failures = dialTemporal(t, keysA)
+	if conn == nil {
+		s.temporal, dc, s.failures = dialTemporal(t, keysA)
+		s.temporalEnv = []string{"TEMPORAL_ADDRESS=" + testenv.TemporalAddress(t)}
+	} else {
+		s.temporal, dc, s.failures = dialTemporalWith(t, *conn, keysA)
+		s.temporalEnv = env
+	}
 	s.taskQueue = "tq-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + runNonce
 	// Registered after the client's Close, so it runs before it: what the
 	// test started and left running (a draft awaiting approval on a 72 h
@@ -286,7 +311,6 @@ func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 	cmd := exec.Command(workerBin)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+s.dbURL,
-		"TEMPORAL_ADDRESS="+testenv.TemporalAddress(s.t),
 		"SUPPORTFLOW_TASK_QUEUE="+s.taskQueue,
 		"ZENDESK_URL="+s.zdSrv.URL(),
 		"ZENDESK_EMAIL="+zdEmail,
@@ -319,6 +343,7 @@ func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 		"SUPPORTFLOW_BIGQUERY_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_BIGQUERY_CONCURRENCY=200",
 		"SUPPORTFLOW_SUBSCRIPTIONS_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_SUBSCRIPTIONS_CONCURRENCY=200",
 	)
+	cmd.Env = append(cmd.Env, s.temporalEnv...)
 	cmd.Env = append(cmd.Env, s.extraEnv...)
 	w := &prefixWriter{mu: &s.mu, buf: s.logs, prefix: fmt.Sprintf("[worker %d] ", s.workers)}
 	cmd.Stdout, cmd.Stderr = w, w

@@ -72,7 +72,7 @@ func run(args []string) error {
 			return err
 		}
 		logger := config.NewLogger(os.Stderr, cfg.LogLevel)
-		return withTelemetry(ctx, "supportflow-api", cfg.MetricsAddr, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
+		return withTelemetry(ctx, "supportflow-api", cfg.MetricsAddr, cfg.HTTP, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
 			return workerapp.RunAPI(ctx, cfg, logger, tel, nil)
 		})
 	}
@@ -92,14 +92,15 @@ func run(args []string) error {
 		return err
 	}
 	logger := config.NewLogger(os.Stderr, cfg.LogLevel)
-	return withTelemetry(ctx, "supportflow-worker", cfg.MetricsAddr, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
+	return withTelemetry(ctx, "supportflow-worker", cfg.MetricsAddr, cfg.HTTP, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
 		return workerapp.Run(ctx, cfg, logger, tel)
 	})
 }
 
 // withTelemetry runs fn with the process's telemetry, serving /metrics on
-// metricsAddr (when set) and flushing traces on the way out.
-func withTelemetry(ctx context.Context, service, metricsAddr, otlp string, logger *slog.Logger, fn func(*telemetry.Telemetry) error) error {
+// metricsAddr (when set, with the HTTP servers' timeouts) and flushing
+// traces on the way out.
+func withTelemetry(ctx context.Context, service, metricsAddr string, timeouts telemetry.HTTPTimeouts, otlp string, logger *slog.Logger, fn func(*telemetry.Telemetry) error) error {
 	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: otlp})
 	if err != nil {
 		return err
@@ -114,7 +115,7 @@ func withTelemetry(ctx context.Context, service, metricsAddr, otlp string, logge
 	if metricsAddr != "" {
 		ready := make(chan string, 1)
 		go func() {
-			if err := telemetry.Serve(ctx, metricsAddr, tel.Handler(), ready); err != nil {
+			if err := telemetry.ServeWith(ctx, metricsAddr, tel.Handler(), ready, timeouts); err != nil {
 				logger.Error("metrics endpoint failed", "addr", metricsAddr, "error", err)
 			}
 		}()

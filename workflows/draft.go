@@ -50,6 +50,14 @@ type draft struct {
 	// makes customer activity no newer than it leave the draft alone.
 	seenThrough time.Time
 	ignoreStale bool
+	// promptTokens and completionTokens are what this run's drafts cost,
+	// as the model server counted them (DraftProposal's usage); attention
+	// is set when its execution held the reply back (needs_attention).
+	// Shown in the run's current details (describe).
+	promptTokens, completionTokens int64
+	attention                      bool
+	// failedWith classifies why the draft failed (errorKind).
+	failedWith string
 }
 
 // DraftReply drafts a reply to a ticket and, once a human approves it,
@@ -95,6 +103,7 @@ func (w *Workflows) DraftReply(ctx workflow.Context, req supportflow.DraftReques
 	}
 	if err := req.Validate(); err != nil {
 		dr.st.State, dr.st.Error = supportflow.DraftFailed, err.Error()
+		setDetails(ctx, "failed: invalid input") // not even its ticket ID is known to be one
 		return dr.st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	dr.setState(ctx, supportflow.DraftGathering)
@@ -182,11 +191,37 @@ func (dr *draft) setState(ctx workflow.Context, state string) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
 		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error", err)
 	}
+	dr.describe(ctx)
+}
+
+// describe sets the draft's current details, which the Web UI shows:
+// "ticket 123 · awaiting approval · proposal 123-…-1 · model tokens 812
+// prompt + 164 completion". IDs, counts and states only.
+func (dr *draft) describe(ctx workflow.Context) {
+	state := stateWords(draftStateWords, dr.st.State)
+	switch {
+	case dr.attention:
+		state = "needs attention: the reply was held back"
+	case dr.st.State == supportflow.DraftFailed && dr.failedWith != "":
+		state += " (" + dr.failedWith + ")"
+	}
+	var proposal, redrafts, generation string
+	if dr.st.Proposal != nil {
+		proposal = "proposal " + dr.st.Proposal.ID
+	}
+	if dr.st.Redrafts > 0 {
+		redrafts = "restarted " + plural(dr.st.Redrafts, "time") + " for new customer activity"
+	}
+	if dr.req.Generation > 0 {
+		generation = fmt.Sprintf("draft %d of this ticket's thread", dr.req.Generation+1)
+	}
+	setDetails(ctx, ticketPart(dr.req.TicketID), state, proposal, tokensPart(dr.promptTokens, dr.completionTokens), redrafts, generation)
 }
 
 // fail ends the draft failed with err's message.
 func (dr *draft) fail(ctx workflow.Context, err error) (supportflow.DraftStatus, error) {
 	dr.st.Error = errorMessage(err)
+	dr.failedWith = errorKind(err)
 	dr.setState(ctx, supportflow.DraftFailed)
 	dr.settle(ctx)
 	return dr.st, temporal.NewNonRetryableApplicationError(
@@ -271,10 +306,6 @@ func (dr *draft) takeActivity(ctx workflow.Context) bool {
 	return news
 }
 
-// versionIgnoreStaleActivity marks the change that leaves a draft alone
-// when the customer activity signalled is not newer than what it read.
-const versionIgnoreStaleActivity = "draft-ignore-stale-activity"
-
 // drainSupersede takes every pending supersede signal: activity that
 // arrives together restarts the draft once.
 func (dr *draft) drainSupersede(ctx workflow.Context) int {
@@ -292,24 +323,29 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 	w, d := dr.w, dr.d
 	dr.setState(ctx, supportflow.DraftGathering)
 	var tc activities.TicketContext
-	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true)
+	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true, fmt.Sprintf("load ticket %d", dr.req.TicketID))
 	if err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: dr.req.TicketID}).Get(ctx, &tc); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	dr.seenThrough = tc.Conversation.Through()
 	dr.setState(ctx, supportflow.DraftDrafting)
 	var p supportflow.DraftProposal
-	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
+	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true, onTicket("model draft", dr.req.TicketID))
 	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc, Outcome: dr.req.Outcome}).Get(ctx, &p); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
+	// Spent whether or not this draft is the one shown (new customer
+	// activity may still restart it).
+	dr.promptTokens += p.PromptTokens
+	dr.completionTokens += p.CompletionTokens
+	dr.describe(ctx)
 	// The save is not cancelled by new customer activity: a cancelled
 	// save could still land after the draft marked it superseded, leaving
 	// a proposal awaiting approval forever. It finishes, and produce marks
 	// it superseded.
 	dr.saving = proposalID
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	sctx := w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
+	sctx := w.activityOptions(dctx, policy.KindLedger, d.Lease, false, onTicket("save proposal", dr.req.TicketID))
 	if err := workflow.ExecuteActivity(sctx, a.SaveProposal, p).Get(dctx, nil); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
@@ -322,7 +358,8 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 // torn down.
 func (dr *draft) markProposal(ctx workflow.Context, proposalID, state, by, errMsg string) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	mctx := dr.w.activityOptions(dctx, policy.KindLedger, dr.d.Lease, false)
+	mctx := dr.w.activityOptions(dctx, policy.KindLedger, dr.d.Lease, false,
+		onTicket("mark proposal "+stateWords(draftStateWords, state), dr.req.TicketID))
 	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, DecidedBy: by, Error: errMsg}
 	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)
@@ -386,10 +423,6 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 	}
 }
 
-// versionRedraftAfterAttention marks the change that drafts a ticket again
-// when its approved reply was held back (needs_attention).
-const versionRedraftAfterAttention = "draft-redraft-after-attention"
-
 // failedStatuses are the action statuses an ActionFailed error carries
 // (nil for any other error).
 func failedStatuses(err error) []supportflow.ActionStatus {
@@ -417,13 +450,6 @@ func heldBackOutcome(err error) string {
 	return ""
 }
 
-// versionOutcomeFromLedger marks the redraft's outcome written from what
-// the ledger recorded after the settle (cancelled, not cancelled, a
-// classified reason) instead of a back end's error text; an execution
-// whose reply may be on the ticket after all (unknown) is not redrafted.
-// Retire it with versionSettleFromReceivers.
-const versionOutcomeFromLedger = "draft-outcome-from-ledger"
-
 // heldBackOutcomeFromLedger describes an execution that ended
 // needs_attention with its reply held back, for the redraft's prompt:
 // only what the ledger says, in classified words. "" when the reply was
@@ -449,10 +475,6 @@ func heldBackOutcomeFromLedger(err error) string {
 	return ""
 }
 
-// versionStartChildFirst marks the change that starts the execution
-// before marking the proposal executing.
-const versionStartChildFirst = "draft-start-child-first"
-
 // execute runs the approved proposal as a child ExecuteProposal and
 // follows it. The child runs on a disconnected context with parent-close
 // policy ABANDON: neither cancelling nor terminating the draft stops an
@@ -476,7 +498,10 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		}
 	})
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            supportflow.ExecuteWorkflowID(p.ID),
+		WorkflowID: supportflow.ExecuteWorkflowID(p.ID),
+		// An approved execution runs first, whatever its draft's priority
+		// (the SDK does not compare priorities on replay).
+		Priority:              temporal.Priority{PriorityKey: supportflow.PriorityExecution},
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
@@ -496,6 +521,9 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		}
 		dr.st.Error = errorMessage(err)
 		dr.markProposal(ctx, p.ID, supportflow.DraftFailed, "", dr.st.Error)
+		dr.attention = slices.ContainsFunc(failedStatuses(err), func(st supportflow.ActionStatus) bool {
+			return st.State == supportflow.StateNeedsAttention
+		})
 		dr.setState(ctx, supportflow.DraftFailed)
 		dr.settle(ctx)
 		outcome := heldBackOutcome(err)

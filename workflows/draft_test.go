@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -40,8 +41,8 @@ func newDraftWorld(t *testing.T) *draftWorld {
 	return newDraftWorldWith(t, &workflows.Workflows{})
 }
 
-func newDraftWorldWith(t *testing.T, wf *workflows.Workflows) *draftWorld {
-	env := newEnvWith(t, wf)
+func newDraftWorldWith(t *testing.T, wf *workflows.Workflows, extra ...interceptor.WorkerInterceptor) *draftWorld {
+	env := newEnvWith(t, wf, extra...)
 	h := activitiestest.New(t, policy.Durations{})
 	env.RegisterActivity(h.Activities)
 	env.RegisterActivity(h.Enrichment)

@@ -55,6 +55,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		return st, err
 	}
 	if err := supportflow.ValidateTicketID(req.TicketID); err != nil {
+		setDetails(ctx, "invalid input")
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	// The delays are read once per run and recorded in history (a side
@@ -67,9 +68,34 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 	}).Get(&delays); err != nil {
 		return st, err
 	}
+	// failedWith classifies the last lookup's failure (errorKind).
+	var failedWith string
+	// describe sets the run's current details, which the Web UI shows:
+	// "ticket 123 · waiting · 2 events pending · next lookup at … · 1 lookup".
+	describe := func() {
+		state := stateWords(enrichStateWords, st.State)
+		var pending, found string
+		switch st.State {
+		case supportflow.EnrichWaiting:
+			if st.Merged > 0 {
+				pending = plural(st.Merged, "event") + " pending" + detailSep + "next lookup at " + st.NextLookupAt.UTC().Format(time.RFC3339)
+			}
+		case supportflow.EnrichDeadLetter:
+			if failedWith != "" {
+				state += " (" + failedWith + ")"
+			}
+		case supportflow.EnrichEnriched:
+			found = "no customer found"
+			if st.Found {
+				found = "customer found"
+			}
+		}
+		setDetails(ctx, ticketPart(req.TicketID), state, pending, found, plural(st.Lookups, "lookup"))
+	}
 	setState := func(s string) {
 		st.State = s
 		_ = workflow.UpsertTypedSearchAttributes(ctx, stateKey.ValueSet(s), ticketKey.ValueSet(strconv.FormatInt(req.TicketID, 10)))
+		describe()
 	}
 	events := req.Pending
 	ch := workflow.GetSignalChannel(ctx, supportflow.TicketEventSignal)
@@ -119,6 +145,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			}
 			due := dueAt(events, delays)
 			st.NextLookupAt, st.Merged = due, len(events)
+			describe()
 			wait := due.Sub(workflow.Now(ctx))
 			if wait <= 0 {
 				break
@@ -148,12 +175,12 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		events = nil
 		setState(supportflow.EnrichLookingUp)
 		var out enrichment.LookupOutput
-		lctx := w.activityOptions(ctx, policy.KindBigQuery, d.LookupAttemptTimeout, true)
+		lctx := w.activityOptions(ctx, policy.KindBigQuery, d.LookupAttemptTimeout, true, onTicket("BigQuery lookup", req.TicketID))
 		err := workflow.ExecuteActivity(lctx, en.LookupCustomer, in).Get(ctx, &out)
 		runLookups++
 		st.Lookups++
 		if err != nil {
-			st.Error = errorMessage(err)
+			st.Error, failedWith = errorMessage(err), errorKind(err)
 			attempts := int(policy.Budgets[policy.KindBigQuery])
 			reason := fmt.Sprintf("the lookup failed %d attempts", attempts)
 			var app *temporal.ApplicationError
@@ -161,14 +188,14 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 				attempts, reason = 1, "the lookup cannot succeed as it stands ("+app.Type()+"); not retried"
 			}
 			dl := enrichment.DeadLetterInput{TicketID: req.TicketID, RequesterID: in.RequesterID, Attempts: attempts, LastError: st.Error, Reason: reason}
-			dctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+			dctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, fmt.Sprintf("dead-letter ticket %d", req.TicketID))
 			if derr := workflow.ExecuteActivity(dctx, en.DeadLetterTicket, dl).Get(ctx, nil); derr != nil {
 				return st, derr
 			}
 			setState(supportflow.EnrichDeadLetter)
 			continue // events that arrived meanwhile still get their lookup
 		}
-		st.Error, st.Found = "", out.Found
+		st.Error, st.Found, failedWith = "", out.Found, ""
 		// Live mode notes each distinct content of a ticket's enrichment
 		// once: the note's ledger key is derived from the content, so a
 		// lookup that found what the last one found (our own note's echo, a
@@ -185,7 +212,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 				if workflow.GetVersion(ctx, versionSettleFailedNote, workflow.DefaultVersion, 1) == 1 {
 					// The note's ledger row must not stay 'applying'.
 					settle := activities.SettleInput{Key: key, TicketID: req.TicketID, Error: st.Error}
-					sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+					sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, onTicket("settle enrichment note", req.TicketID))
 					if serr := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, nil); serr != nil {
 						return st, serr
 					}
@@ -194,10 +221,6 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		}
 	}
 }
-
-// versionSettleFailedNote marks the change that settles a live note whose
-// posting failed for good (its ledger row used to stay 'applying').
-const versionSettleFailedNote = "enrich-settle-failed-note"
 
 // noteKey is the ledger key of a lookup's live note (before
 // versionNoteOnChange: one note per lookup).
@@ -212,10 +235,6 @@ func contentNoteKey(ticketID int64, c bqlookup.Customer) string {
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", c.CustomerID, c.Email, c.LifetimeOrders, strings.Join(c.ActiveSubscriptions, "\x00"))
 	return supportflow.ActionKey(fmt.Sprintf("enrich-%d-%x", ticketID, h.Sum(nil)[:8]), 0)
 }
-
-// versionNoteOnChange marks the change that made live mode note each
-// distinct content once (contentNoteKey) instead of every lookup.
-const versionNoteOnChange = "enrich-note-by-content"
 
 // enrichDelays are the waits an enrichment run uses, recorded at its start.
 type enrichDelays struct {
@@ -275,7 +294,7 @@ func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, tic
 		Key:    key,
 		Action: supportflow.Action{TicketID: ticketID, Comment: &supportflow.Comment{Body: body, Public: false}},
 	}
-	actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+	actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post enrichment note", ticketID))
 	var r activities.PostReplyResult
 	return workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
 }

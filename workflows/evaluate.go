@@ -29,9 +29,26 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 		return st, err
 	}
 	if err := req.Validate(); err != nil {
+		setDetails(ctx, "invalid input")
 		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
+	var prompt, completion int64
+	// describe sets the run's current details, which the Web UI shows:
+	// "evaluation run-1 of set s · 3 of 10 tickets done · 1 failed ·
+	// model tokens … · running".
+	describe := func(state string) {
+		var failed, mean string
+		if st.Failed > 0 {
+			failed = fmt.Sprintf("%d failed", st.Failed)
+		}
+		if st.Done > st.Failed {
+			mean = fmt.Sprintf("mean score %.3f", st.MeanScore)
+		}
+		setDetails(ctx, fmt.Sprintf("evaluation %s of set %s", req.RunID, req.Set), fmt.Sprintf("%d of %d tickets done", st.Done, st.Total),
+			failed, mean, tokensPart(prompt, completion), state)
+	}
+	describe("running")
 	limit := req.Concurrency
 	if limit == 0 {
 		limit = DefaultEvaluationConcurrency
@@ -50,9 +67,11 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 		wg.Add(1)
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			defer wg.Done()
-			score, ok := w.evaluateOne(ctx, d, req.RunID, ticket)
+			score, p, ok := w.evaluateOne(ctx, d, req.RunID, ticket)
 			inFlight--
 			st.Done++
+			prompt, completion = prompt+p.PromptTokens, completion+p.CompletionTokens
+			defer describe("running")
 			if !ok {
 				st.Failed++
 				return
@@ -63,25 +82,27 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 		})
 	}
 	wg.Wait(ctx)
-	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	describe("recording the summary")
+	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, "record evaluation summary, "+plural(st.Total, "ticket"))
 	if err := workflow.ExecuteActivity(sctx, a.RecordEvalSummary, st).Get(ctx, nil); err != nil {
 		return st, err
 	}
 	st.Finished = true
+	describe("done")
 	return st, nil
 }
 
 // evaluateOne drafts and scores one ticket; ok is false when it could not
-// be drafted (its error is stored with the result).
-func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID string, ticket int64) (float64, bool) {
+// be drafted (its error is stored with the result). p is the draft (its
+// token usage counted whether or not the result was stored).
+func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID string, ticket int64) (score float64, p supportflow.DraftProposal, ok bool) {
 	in := activities.EvalResultInput{RunID: runID, TicketID: ticket}
 	var tc activities.TicketContext
-	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true)
+	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true, fmt.Sprintf("load ticket %d for evaluation", ticket))
 	err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: ticket, ForEvaluation: true}).Get(ctx, &tc)
 	if err == nil {
 		in.ActualReply = tc.ActualReply
-		var p supportflow.DraftProposal
-		gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true)
+		gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true, onTicket("model draft for evaluation", ticket))
 		gen := activities.GenerateInput{ProposalID: fmt.Sprintf("eval-%d", ticket), Ticket: tc}
 		err = workflow.ExecuteActivity(gctx, a.GenerateDraft, gen).Get(ctx, &p)
 		in.Draft = p.Reply
@@ -89,11 +110,10 @@ func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID 
 	if err != nil {
 		in.Error = errorMessage(err)
 	}
-	var score float64
-	rctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	rctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, onTicket("record evaluation result", ticket))
 	if rerr := workflow.ExecuteActivity(rctx, a.RecordEvalResult, in).Get(ctx, &score); rerr != nil {
 		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error", rerr)
-		return 0, false
+		return 0, p, false
 	}
-	return score, err == nil
+	return score, p, err == nil
 }

@@ -29,15 +29,39 @@ type Workflows struct {
 	EnrichmentMode string
 }
 
-// Register registers every workflow under its stable name.
+// Register registers every workflow under its stable name, with its
+// versioning behavior (used when the worker runs Worker Deployment
+// Versioning, ignored otherwise):
+//
+//   - Pinned: a run stays on the build that started it, to its end. The
+//     draft (which waits up to 72 h for a person), the execution, the scan,
+//     the evaluation, the prune and the reconciliation: a deploy never
+//     replays them on code they did not start on, and the old build keeps
+//     running until they drain (docs/versioning.md).
+//   - Auto-upgrade: a run moves to the deployment's current build at its
+//     next workflow task. The enrichment loop, which lives as long as its
+//     ticket (continuing as new) and would otherwise keep an old build
+//     alive for ever; its changes are guarded by version markers
+//     (versions.go).
+//
+// https://docs.temporal.io/worker-versioning#versioning-behaviors
 func (w *Workflows) Register(r worker.WorkflowRegistry) {
-	r.RegisterWorkflowWithOptions(w.ExecuteProposal, workflow.RegisterOptions{Name: supportflow.ExecuteProposalWorkflow})
-	r.RegisterWorkflowWithOptions(w.DraftReply, workflow.RegisterOptions{Name: supportflow.DraftReplyWorkflow})
-	r.RegisterWorkflowWithOptions(w.ScanTickets, workflow.RegisterOptions{Name: supportflow.ScanTicketsWorkflow})
-	r.RegisterWorkflowWithOptions(w.EvaluateDrafts, workflow.RegisterOptions{Name: supportflow.EvaluateDraftsWorkflow})
-	r.RegisterWorkflowWithOptions(w.EnrichTicket, workflow.RegisterOptions{Name: supportflow.EnrichTicketWorkflow})
-	r.RegisterWorkflowWithOptions(w.PruneRetention, workflow.RegisterOptions{Name: supportflow.PruneRetentionWorkflow})
-	r.RegisterWorkflowWithOptions(w.ReconcileTickets, workflow.RegisterOptions{Name: supportflow.ReconcileTicketsWorkflow})
+	pinned, auto := workflow.VersioningBehaviorPinned, workflow.VersioningBehaviorAutoUpgrade
+	for _, wf := range []struct {
+		fn       any
+		name     string
+		behavior workflow.VersioningBehavior
+	}{
+		{w.ExecuteProposal, supportflow.ExecuteProposalWorkflow, pinned},
+		{w.DraftReply, supportflow.DraftReplyWorkflow, pinned},
+		{w.ScanTickets, supportflow.ScanTicketsWorkflow, pinned},
+		{w.EvaluateDrafts, supportflow.EvaluateDraftsWorkflow, pinned},
+		{w.EnrichTicket, supportflow.EnrichTicketWorkflow, auto},
+		{w.PruneRetention, supportflow.PruneRetentionWorkflow, pinned},
+		{w.ReconcileTickets, supportflow.ReconcileTicketsWorkflow, pinned},
+	} {
+		r.RegisterWorkflowWithOptions(wf.fn, workflow.RegisterOptions{Name: wf.name, VersioningBehavior: wf.behavior})
+	}
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }
@@ -47,12 +71,15 @@ var a *activities.Activities
 
 // activityOptions arms one activity call: a start-to-close deadline per
 // attempt (time waiting in the queue does not count), the heartbeat
-// timeout, and the one retry policy with the kind's attempt budget.
-func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, startToClose time.Duration, heartbeat bool) workflow.Context {
+// timeout, the one retry policy with the kind's attempt budget, and the
+// summary the Web UI shows for the call (IDs and counts only: see
+// metadata.go).
+func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, startToClose time.Duration, heartbeat bool, summary string) workflow.Context {
 	d := w.durations()
 	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: startToClose,
 		RetryPolicy:         d.RetryPolicy(kind),
+		Summary:             summary,
 	}
 	if heartbeat {
 		opts.HeartbeatTimeout = d.HeartbeatTimeout
@@ -69,10 +96,6 @@ func (w *Workflows) activityOptions(ctx workflow.Context, kind policy.Kind, star
 	}
 	return workflow.WithActivityOptions(ctx, opts)
 }
-
-// versionResourceQueues marks the change that runs each rate-limited
-// service's activities on its own task queue.
-const versionResourceQueues = "resource-queues"
 
 // PostReplyDeadline is PostReply's start-to-close timeout: it reads the
 // ticket's stamp, may search its audits, and posts, each bounded by the
@@ -113,10 +136,12 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
+		setDetails(ctx, "invalid input") // not even its ID is known to be one
 		return statuses, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
 	log := workflow.GetLogger(ctx)
+	setDetails(ctx, "proposal "+p.ID, plural(len(p.Actions), "action"), "executing")
 
 	// Truthful order: cancellations first, the reply only after all of
 	// them succeeded. Histories from before post the reply first.
@@ -130,8 +155,10 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		st := &statuses[i]
 		st.State = supportflow.StateApplying
 		in := activities.ActionInput{Key: st.Key, Action: act, ReplyLast: replyLast}
+		step := func(what string) { actionDetails(ctx, p, i, what) }
 		if fromReceivers {
-			if err := w.executeAction(ctx, p.ID, i, in, statuses); err != nil {
+			if err := w.executeAction(ctx, p.ID, i, in, statuses, step); err != nil {
+				step(endWords(st))
 				w.markProposal(ctx, p.ID, supportflow.DraftFailed, st.Reason)
 				return statuses, err
 			}
@@ -139,7 +166,8 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		}
 		reply := func() error {
 			var r activities.PostReplyResult
-			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+			step("executing: " + zendeskWords(act))
+			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket(zendeskWords(act), act.TicketID))
 			err := workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
 			if err == nil {
 				st.CommentID = r.CommentID
@@ -149,7 +177,8 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		}
 		cancelLeg := func() error {
 			var r activities.CancelResult
-			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
+			step("executing: " + cancelWords(act))
+			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true, onTicket(cancelWords(act), act.TicketID))
 			err := workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
 			var app *temporal.ApplicationError
 			if err != nil && errors.As(err, &app) && app.HasDetails() {
@@ -182,13 +211,15 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		}
 		st.Error = errorMessage(legErr)
 		var state string
-		sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+		step("settling")
+		settleSummary := onTicket("settle action", act.TicketID)
+		sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, settleSummary)
 		if temporal.IsCanceledError(legErr) && workflow.GetVersion(ctx, versionSettleOnCancel, workflow.DefaultVersion, 1) == 1 {
 			// Cancelled (an operator, or the parent): the action must still
 			// leave 'applying', so settle it on a context the cancellation
 			// does not reach.
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
-			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false)
+			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false, settleSummary)
 		}
 		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error,
 			HeldBack: cancelFailed && act.Comment != nil}
@@ -206,7 +237,8 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			// note on the ticket, itself exactly once through the ledger.
 			note := activities.ActionInput{Key: attentionKey(p.ID, i), Action: supportflow.Action{TicketID: act.TicketID,
 				Comment: &supportflow.Comment{Body: attentionNote(st), Public: false}}}
-			nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+			step("posting the agents' note")
+			nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post attention note", act.TicketID))
 			if err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil); err != nil {
 				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
 			}
@@ -215,21 +247,33 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 				_ = workflow.UpsertTypedSearchAttributes(ctx, stateKey.ValueSet(supportflow.StateNeedsAttention))
 			}
 		}
+		step(endWords(st))
 		return statuses, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
 	}
 	if fromReceivers {
 		w.markProposal(ctx, p.ID, supportflow.DraftDone, "")
 	}
+	setDetails(ctx, "proposal "+p.ID, plural(len(p.Actions), "action"), "done")
 	return statuses, nil
 }
 
-// versionNeedsAttentionAttr marks the search attribute an execution
-// sets when it ends needs_attention.
-const versionNeedsAttentionAttr = "execute-needs-attention-attr"
+// actionDetails sets an execution's current details while it works on
+// action i: "proposal P · action 1 of 2 · ticket 123 · executing: post reply".
+func actionDetails(ctx workflow.Context, p supportflow.Proposal, i int, what string) {
+	setDetails(ctx, "proposal "+p.ID, fmt.Sprintf("action %d of %d", i+1, len(p.Actions)), ticketPart(p.Actions[i].TicketID), what)
+}
 
-// versionReplyLast marks the truthful order: cancellations, then the reply.
-const versionReplyLast = "execute-reply-last"
+// endWords is how an action that did not apply ended, in words: its state
+// and, settled from the receivers, the classified reason (never a
+// service's text).
+func endWords(st *supportflow.ActionStatus) string {
+	words := stateWords(nil, st.State)
+	if st.Reason != "" {
+		words += ": " + st.Reason
+	}
+	return words
+}
 
 // attentionKey is the ledger key of the private note that tells the
 // agents an action's reply was held back (one per action, whatever the
@@ -245,10 +289,6 @@ func attentionNote(st *supportflow.ActionStatus) string {
 		"would have promised what did not happen. Cancelled: %v. Error: %s. The customer has not been answered; please follow up.",
 		st.Key, st.Cancelled, st.Error)
 }
-
-// versionSettleOnCancel marks the change that settles an action when its
-// execution is cancelled (it used to stay 'applying').
-const versionSettleOnCancel = "execute-settle-on-cancel"
 
 // errorMessage is the innermost cause's message, which is what an operator
 // needs ("HTTP 404: ticket not found"), not the activity-task wrapper.

@@ -38,13 +38,21 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	return newEnvWith(t, &workflows.Workflows{})
 }
 
-// newEnvWith is newEnv with the workflows configured as given.
-func newEnvWith(t *testing.T, wf *workflows.Workflows) *testsuite.TestWorkflowEnvironment {
+// newEnvWith is newEnv with the workflows configured as given, and any
+// further interceptors a test observes the workflows through. Whatever a
+// test runs, every activity call its workflows make must carry a summary
+// for the Web UI (metadata_test.go).
+func newEnvWith(t *testing.T, wf *workflows.Workflows, extra ...interceptor.WorkerInterceptor) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(policy.Defaults())}})
+	every := newSummaries()
+	interceptors := append([]interceptor.WorkerInterceptor{policy.NewRetryInterceptor(policy.Defaults()), every}, extra...)
+	env.SetWorkerOptions(worker.Options{Interceptors: interceptors})
 	wf.Register(env)
-	t.Cleanup(func() { env.AssertExpectations(t) })
+	t.Cleanup(func() {
+		env.AssertExpectations(t)
+		every.assertEverySummarized(t)
+	})
 	return env
 }
 

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -19,30 +20,41 @@ const pruneDeadline = 10 * time.Minute
 // or awaiting approval is ever deleted. A Temporal Schedule runs it daily;
 // workflow histories themselves are bounded by the namespace's retention.
 func (w *Workflows) PruneRetention(ctx workflow.Context) (map[string]int64, error) {
-	actx := w.activityOptions(ctx, policy.KindLedger, pruneDeadline, false)
 	out := map[string]int64{}
-	for _, act := range []any{a.PruneLedger, en.PruneEnrichment} {
+	// describe sets the run's current details, which the Web UI shows:
+	// "prune · ticket events · 120 rows deleted so far".
+	describe := func(state string) {
+		var total int64
+		for _, v := range out {
+			total += v
+		}
+		setDetails(ctx, "prune", state, fmt.Sprintf("%d rows deleted", total))
+	}
+	step := func(act any, what string) error {
+		describe(what)
+		actx := w.activityOptions(ctx, policy.KindLedger, pruneDeadline, false, "prune "+what)
 		var n map[string]int64
 		if err := workflow.ExecuteActivity(actx, act).Get(ctx, &n); err != nil {
-			return out, err
+			return err
 		}
 		for k, v := range n {
 			out[k] += v
 		}
+		return nil
+	}
+	if err := step(a.PruneLedger, "ledger"); err != nil {
+		return out, err
+	}
+	if err := step(en.PruneEnrichment, "enrichment"); err != nil {
+		return out, err
 	}
 	// Ticket events and reconciliation runs joined the prune later;
 	// histories from before run without it.
 	if workflow.GetVersion(ctx, versionPruneTicketEvents, workflow.DefaultVersion, 1) == 1 {
-		var n map[string]int64
-		if err := workflow.ExecuteActivity(actx, rc.PruneTicketEvents).Get(ctx, &n); err != nil {
+		if err := step(rc.PruneTicketEvents, "ticket events"); err != nil {
 			return out, err
 		}
-		for k, v := range n {
-			out[k] += v
-		}
 	}
+	describe("done")
 	return out, nil
 }
-
-// versionPruneTicketEvents marks the prune's ticket-event step.
-const versionPruneTicketEvents = "prune-ticket-events"

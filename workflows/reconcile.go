@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -29,7 +30,18 @@ func (w *Workflows) ReconcileTickets(ctx workflow.Context, _ supportflow.Reconci
 	}); err != nil {
 		return res, err
 	}
-	actx := w.activityOptions(ctx, policy.KindZendeskRead, ReconcileDeadline, true)
+	setDetails(ctx, "reconcile", "reading Zendesk's incremental exports")
+	actx := w.activityOptions(ctx, policy.KindZendeskRead, ReconcileDeadline, true, "reconcile from Zendesk's incremental exports")
 	err := workflow.ExecuteActivity(actx, rc.ReconcileTickets, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, &res)
-	return res, err
+	if err != nil {
+		setDetails(ctx, "reconcile", "failed", errorKind(err))
+		return res, err
+	}
+	caught := "caught up"
+	if !res.CaughtUp {
+		caught = "not caught up: the next run continues"
+	}
+	setDetails(ctx, "reconcile", "done", fmt.Sprintf("%d tickets and %d events read", res.TicketsRead, res.EventsRead),
+		fmt.Sprintf("%d repaired", res.Repaired), caught)
+	return res, nil
 }

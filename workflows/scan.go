@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -26,18 +27,23 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 	}
 	if limit < 0 || limit > supportflow.MaxScanLimit {
 		err := errors.New("scan limit must be 0-" + strconv.Itoa(supportflow.MaxScanLimit))
+		setDetails(ctx, "scan", "invalid input")
 		return supportflow.ScanResult{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
 	var res supportflow.ScanResult
-	fctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false)
+	setDetails(ctx, "scan", "finding draft candidates")
+	fctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, fmt.Sprintf("find draft candidates, limit %d", limit))
 	if err := workflow.ExecuteActivity(fctx, a.FindDraftCandidates, limit).Get(ctx, &res.Candidates); err != nil {
 		return res, err
 	}
+	setDetails(ctx, "scan", "starting "+plural(len(res.Candidates), "draft"))
 	children := make([]workflow.ChildWorkflowFuture, len(res.Candidates))
 	for i, ticket := range res.Candidates {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            supportflow.DraftWorkflowID(ticket),
+			WorkflowID: supportflow.DraftWorkflowID(ticket),
+			// Below a draft a person asked for, above the scan itself.
+			Priority:              temporal.Priority{PriorityKey: supportflow.PriorityScannedDraft},
 			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
 			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			TypedSearchAttributes: temporal.NewSearchAttributes(
@@ -58,5 +64,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 			res.Failed = append(res.Failed, ticket)
 		}
 	}
+	setDetails(ctx, "scan", "done", plural(len(res.Candidates), "candidate"), fmt.Sprintf("%d started", len(res.Started)),
+		fmt.Sprintf("%d already running", len(res.Running)), fmt.Sprintf("%d failed to start", len(res.Failed)))
 	return res, nil
 }

@@ -16,35 +16,31 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
-// versionSettleFromReceivers marks the execution that settles from what
-// the receivers say (SettleLegs: lost answers resolved, a Zendesk write
-// that may have landed fenced and searched, a bound on what cannot be
-// learned), goes on to the reply when every cancellation turns out to have
-// landed, says what was done from the ledger, and records the proposal's
-// end. Retire it once no execution started before it is open (executions
-// last at most the retry budget plus UnresolvedLegBound, about a day).
-const versionSettleFromReceivers = "execute-settle-from-receivers"
-
 // executeAction runs one action of an execution that settles from the
 // receivers: the cancellations, then (only once every one of them is
 // done) the ticket update and reply. On a failure it settles the action
 // and returns an ActionFailed error carrying statuses; nil when the action
 // ends applied.
-func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int, in activities.ActionInput, statuses []supportflow.ActionStatus) error {
+//
+// step sets the run's current details to what the action is doing.
+func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int, in activities.ActionInput, statuses []supportflow.ActionStatus, step func(string)) error {
 	d := w.durations()
 	log := workflow.GetLogger(ctx)
 	st, act := &statuses[i], in.Action
 	var cancelErr, replyErr error
 	if len(act.CancelSubscriptions) > 0 {
 		var r activities.CancelResult
-		cctx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true)
+		step("executing: " + cancelWords(act))
+		cctx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true, onTicket(cancelWords(act), act.TicketID))
 		cancelErr = workflow.ExecuteActivity(cctx, a.CancelSubscriptions, in).Get(ctx, &r)
 		st.Cancelled = r.Cancelled
 		if cancelErr != nil && !isRefusal(cancelErr) && !temporal.IsCanceledError(cancelErr) {
 			// Retries spent on failures that may have landed (5xx, a
 			// timeout): every cancellation may be done with only its answer
 			// lost. Ask the service before giving up on the reply.
-			res, err := w.settleLegs(ctx, activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, ResolveOnly: true}, len(act.CancelSubscriptions), false)
+			step("asking the subscription service what landed")
+			res, err := w.settleLegs(ctx, activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, ResolveOnly: true}, len(act.CancelSubscriptions), false,
+				onTicket("check cancellations", act.TicketID))
 			if err == nil {
 				st.Cancelled = res.Cancelled
 				if res.AllCancelled {
@@ -58,7 +54,8 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	if cancelErr == nil && act.HasZendeskLeg() {
 		zendeskTried = true
 		var r activities.PostReplyResult
-		zctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+		step("executing: " + zendeskWords(act))
+		zctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket(zendeskWords(act), act.TicketID))
 		replyErr = workflow.ExecuteActivity(zctx, a.PostReply, in).Get(ctx, &r)
 		if replyErr == nil {
 			st.CommentID = r.CommentID
@@ -88,22 +85,26 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	heldBack := cancelErr != nil && act.Comment != nil
 	settle := activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error, HeldBack: heldBack,
 		ZendeskMayHaveLanded: zendeskTried && !isRefusal(replyErr)}
-	res, err := w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true)
+	step("settling")
+	settleSummary := onTicket("settle action", act.TicketID)
+	res, err := w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true, settleSummary)
 	if err == nil && res.NeedsFence {
 		// A write of ours may have landed or still be in flight. Any write
 		// to the ticket moves its updated_stamp, so one still in flight is
 		// refused; the agents' note is that write. Then the audits say.
 		// Zendesk's updated_stamp has whole seconds: the fence must land
 		// in a later second than any stamp an attempt of ours read.
+		step("fencing the ticket")
 		_ = workflow.Sleep(sctx, fencePause)
-		noteErr := w.postNote(sctx, fenceKey(proposalID, workflow.GetInfo(ctx).WorkflowExecution.RunID, i), act.TicketID, fenceNote(st.Key, st.Reason))
+		noteErr := w.postNote(sctx, fenceKey(proposalID, workflow.GetInfo(ctx).WorkflowExecution.RunID, i), act.TicketID, fenceNote(st.Key, st.Reason), "fence note")
 		if noteErr == nil {
 			settle.Fenced = true
 		} else {
 			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error", noteErr)
 			settle.GiveUp = true
 		}
-		res, err = w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true)
+		step("settling")
+		res, err = w.settleLegs(sctx, settle, len(act.CancelSubscriptions), true, settleSummary)
 	}
 	if err != nil {
 		return err
@@ -126,7 +127,8 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 			body := attentionNoteFromLedger(st)
 			sum := sha256.Sum256([]byte(body))
 			noteKey := attentionKey(proposalID+"/"+hex.EncodeToString(sum[:8]), i)
-			if err := w.postNote(sctx, noteKey, act.TicketID, body); err != nil {
+			step("posting the agents' note")
+			if err := w.postNote(sctx, noteKey, act.TicketID, body, "attention note"); err != nil {
 				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
 			}
 		}
@@ -140,7 +142,8 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 // settleLegs runs SettleLegs. Bounded, it keeps trying for as long as
 // UnresolvedLegBound while a receiver cannot be read, then settles with
 // GiveUp (needs_attention with the leg still unknown, and an alert).
-func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInput, subscriptions int, bounded bool) (activities.SettleLegsResult, error) {
+// summary names the call in the Web UI.
+func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInput, subscriptions int, bounded bool, summary string) (activities.SettleLegsResult, error) {
 	d := w.durations()
 	opts := workflow.ActivityOptions{
 		// A status read and a repeated cancel per subscription, and an
@@ -148,6 +151,7 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 		StartToCloseTimeout: time.Duration(2*subscriptions)*d.SubscriptionCallTimeout + d.ZendeskCallTimeout + d.DeadlineMargin,
 		RetryPolicy:         d.RetryPolicy(policy.KindLedger),
 		TaskQueue:           workflow.GetInfo(ctx).TaskQueueName,
+		Summary:             summary,
 	}
 	if bounded {
 		opts.ScheduleToCloseTimeout = d.UnresolvedLegBound
@@ -170,25 +174,27 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 	workflow.GetLogger(ctx).Error("a leg's outcome could not be learned within the bound; ending needs_attention",
 		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error", err)
 	in.GiveUp = true
+	opts.Summary = summary + " (giving up)"
 	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
 	return res, err
 }
 
 // postNote posts one of supportflow's private notes to the agents,
 // exactly once through the ledger; a note that fails for good is settled,
-// so it never stays applying.
-func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, body string) error {
+// so it never stays applying. what names the note in the Web UI ("fence
+// note").
+func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, body, what string) error {
 	d := w.durations()
 	note := activities.ActionInput{Key: key, Action: supportflow.Action{TicketID: ticketID,
 		Comment: &supportflow.Comment{Body: body, Public: false}}}
-	nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true)
+	nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post "+what, ticketID))
 	err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil)
 	if err == nil {
 		return nil
 	}
 	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Error: errorMessage(err), Fenced: true,
 		ZendeskMayHaveLanded: !isRefusal(err)}
-	if _, serr := w.settleLegs(ctx, settle, 0, true); serr != nil {
+	if _, serr := w.settleLegs(ctx, settle, 0, true, onTicket("settle "+what, ticketID)); serr != nil {
 		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error", serr)
 	}
 	return err
@@ -199,7 +205,7 @@ func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, b
 // app composed has no row: nothing to mark.
 func (w *Workflows) markProposal(ctx workflow.Context, proposalID, state, reason string) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	mctx := w.activityOptions(dctx, policy.KindLedger, w.durations().Lease, false)
+	mctx := w.activityOptions(dctx, policy.KindLedger, w.durations().Lease, false, "mark proposal "+stateWords(draftStateWords, state))
 	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, Error: reason}
 	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)

@@ -11,7 +11,7 @@
 //
 //	POST /tickets/{id}/drafts           [app] start (or join) the ticket's draft: 202 + status URL
 //	GET  /tickets/{id}/draft            [app] the draft's state, progress, proposal, error
-//	GET  /tickets/{id}/draft/events     [app] Server-Sent Events of state and progress, until it settles
+//	GET  /tickets/{id}/draft/events     [app] Server-Sent Events of state and progress, until it settles (at most MaxStreamsPerToken open per token)
 //	POST /proposals/{id}/approve        [approver] approve the current proposal
 //	POST /proposals/{id}/reject         [approver] reject it
 //	POST /proposals/{id}/retry          [operator] run a failed approved proposal again (same keys)
@@ -44,6 +44,7 @@ import (
 
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
@@ -101,6 +102,21 @@ type Config struct {
 	// MaxCodecBody caps a codec request body; 0 means 16 MiB (a few
 	// payloads at Temporal's 2 MB limit, base64 encoded).
 	MaxCodecBody int64
+	// ReadTimeout bounds reading a request body, from when the handler
+	// starts reading it (SUPPORTFLOW_HTTP_READ_TIMEOUT); 0 means 10 s.
+	ReadTimeout time.Duration
+	// WriteTimeout is the write deadline each SSE event (and keep-alive)
+	// gets: the stream outlives the server's WriteTimeout, but a client
+	// that stops reading is cut off (SUPPORTFLOW_HTTP_WRITE_TIMEOUT). 0
+	// lifts the deadline for the stream's life.
+	WriteTimeout time.Duration
+	// MaxStreamsPerToken caps the SSE streams one token holds open at
+	// once; past it a stream is refused 429 with a Retry-After
+	// (SUPPORTFLOW_API_MAX_STREAMS_PER_TOKEN). 0 means 8.
+	MaxStreamsPerToken int
+	// StreamRetryAfter is the Retry-After of a stream refused 429; 0
+	// means 5 s.
+	StreamRetryAfter time.Duration
 }
 
 // Server serves the API. Build it with New.
@@ -122,6 +138,10 @@ type Server struct {
 	relay     *ingest.Relay
 
 	codecTokens [][32]byte
+
+	// streams counts each token's open SSE streams (by token name).
+	streamsMu sync.Mutex
+	streams   map[string]int
 }
 
 // Close ends the open SSE streams (http.Server.Shutdown does not wait for
@@ -170,6 +190,18 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	if cfg.MaxStream == 0 {
 		cfg.MaxStream = 10 * time.Minute
 	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = bodyReadTimeout
+	}
+	if cfg.MaxStreamsPerToken == 0 {
+		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if cfg.StreamRetryAfter == 0 {
+		cfg.StreamRetryAfter = 5 * time.Second
+	}
+	if cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.MaxStreamsPerToken < 0 || cfg.StreamRetryAfter < time.Second {
+		return nil, fmt.Errorf("%w: the read and write timeouts and the stream cap must not be negative, the stream Retry-After at least 1 s", ErrConfig)
+	}
 	if cfg.ZendeskUserID <= 0 {
 		return nil, fmt.Errorf("%w: the Zendesk API user's id is required, to tell supportflow's own writes from the customer's", ErrConfig)
 	}
@@ -185,7 +217,8 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux(), closing: make(chan struct{})}
+	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux(), closing: make(chan struct{}),
+		streams: map[string]int{}}
 	s.ingest = ingest.NewStore(pool, l, l.Account())
 	s.relay = ingest.NewRelay(s.ingest, st, logger)
 	s.relay.Interval = cfg.RelayInterval
@@ -345,17 +378,23 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 	return s.decodeBytes(w, body, v, emptyOK)
 }
 
-// bodyReadTimeout bounds reading a request body, so a client trickling
-// bytes cannot hold a connection.
+// bodyReadTimeout is Config.ReadTimeout's default: a request body must be
+// read within it, so a client trickling bytes cannot hold a connection.
 const bodyReadTimeout = 10 * time.Second
 
-// readBody reads a body capped at MaxBody within bodyReadTimeout.
+// DefaultMaxStreamsPerToken is Config.MaxStreamsPerToken's default.
+const DefaultMaxStreamsPerToken = 8
+
+// readBody reads a body capped at MaxBody within ReadTimeout.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return s.readCapped(w, r, s.cfg.MaxBody)
 }
 
+// readCapped reads a body capped at limit within ReadTimeout, from when
+// the handler starts reading it
+// (https://pkg.go.dev/net/http#ResponseController.SetReadDeadline).
 func (s *Server) readCapped(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }
 
@@ -384,9 +423,11 @@ func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK 
 	return true
 }
 
-// internal answers an unexpected error without leaking its details.
+// internal answers an unexpected error without leaking its details. The
+// log has the error's class, and its message only when it cannot quote
+// what a workflow or activity said (telemetry.LogError).
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	s.log.Error("request failed", append([]any{"method", r.Method, "path", r.URL.Path}, telemetry.LogError(err)...)...)
 	problem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable", "a dependency failed; retry later")
 }
 

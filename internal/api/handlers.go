@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/supportflow/supportflow"
@@ -88,11 +90,25 @@ func (s *Server) draftError(w http.ResponseWriter, r *http.Request, id int64, er
 // Events ("event: draft", data the DraftStatus JSON) whenever they change,
 // and ends after the draft settles (a terminal state), so a browser never
 // has to guess with a timeout.
+//
+// A token holds at most MaxStreamsPerToken streams open at once; the next
+// is refused 429 with a Retry-After (a browser's EventSource gives up on a
+// 429, so an app reconnects itself once a stream of its own ends). A
+// stream is not cut by the server's timeouts: its read deadline is lifted
+// (there is nothing left to read; net/http lifts it too once it reads the
+// connection in the background, for a request without a body) and each
+// write gets WriteTimeout of its own, so the stream lives as long as the
+// draft needs while a client that stops reading is still cut off.
 func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 	id, ok := ticketID(w, r)
 	if !ok {
 		return
 	}
+	release, ok := s.openStream(w, caller(r).name)
+	if !ok {
+		return
+	}
+	defer release()
 	st, err := s.starter.DraftStatus(r.Context(), id)
 	if err != nil {
 		s.draftError(w, r, id, err)
@@ -103,6 +119,20 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, errors.New("streaming unsupported by the response writer"))
 		return
 	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	// extend gives the next write its own deadline (or none, without a
+	// WriteTimeout): the server's WriteTimeout runs from the request's
+	// headers and would end the stream.
+	// https://pkg.go.dev/net/http#ResponseController.SetWriteDeadline
+	extend := func() {
+		deadline := time.Time{}
+		if s.cfg.WriteTimeout > 0 {
+			deadline = time.Now().Add(s.cfg.WriteTimeout)
+		}
+		_ = rc.SetWriteDeadline(deadline)
+	}
+	extend()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -114,6 +144,7 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 	wait := s.cfg.PollInterval
 	for {
 		if key := eventKey(st); key != last {
+			extend()
 			if err := writeEvent(w, "draft", st); err != nil {
 				return
 			}
@@ -133,6 +164,7 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(wait):
 		}
 		if time.Since(lastWrite) >= s.cfg.KeepAlive {
+			extend()
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}
@@ -156,6 +188,34 @@ func (s *Server) draftEvents(w http.ResponseWriter, r *http.Request) {
 			wait = max(wait, 2*time.Second)
 		}
 	}
+}
+
+// openStream counts an SSE stream against the token's cap, answering 429
+// with a Retry-After (and false) when the token holds as many as it may.
+// release, called once the stream ends, frees its place.
+func (s *Server) openStream(w http.ResponseWriter, token string) (release func(), ok bool) {
+	s.streamsMu.Lock()
+	open := s.streams[token]
+	if open >= s.cfg.MaxStreamsPerToken {
+		s.streamsMu.Unlock()
+		s.log.Warn("event stream refused: the token holds as many as it may", "token", token, "open_streams", open)
+		w.Header().Set("Retry-After", strconv.Itoa(int((s.cfg.StreamRetryAfter+time.Second-1)/time.Second)))
+		problem(w, http.StatusTooManyRequests, "too-many-streams", "Too many open event streams",
+			fmt.Sprintf("token %q holds %d event streams open, the most it may; close one, or retry after the Retry-After", token, open))
+		return nil, false
+	}
+	s.streams[token] = open + 1
+	s.streamsMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.streamsMu.Lock()
+			defer s.streamsMu.Unlock()
+			if s.streams[token]--; s.streams[token] <= 0 {
+				delete(s.streams, token)
+			}
+		})
+	}, true
 }
 
 // eventKey is what makes a status worth sending again.

@@ -20,7 +20,28 @@ import (
 	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
+	"github.com/supportflow/supportflow/internal/temporalconn"
 )
+
+// temporalVars are the Temporal connection's variables (temporalconn).
+func temporalVars() []Var {
+	vs := make([]Var, len(temporalconn.Vars))
+	for i, v := range temporalconn.Vars {
+		vs[i] = Var(v)
+	}
+	return vs
+}
+
+// TemporalSettings reads the Temporal connection from the environment
+// (temporalconn.FromEnv), its errors wrapping ErrConfig.
+func TemporalSettings() (temporalconn.Settings, error) {
+	s, err := temporalconn.FromEnv(os.Getenv)
+	if err != nil {
+		return s, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return s, nil
+}
 
 // Var documents one environment variable.
 type Var struct {
@@ -31,8 +52,7 @@ type Var struct {
 // Vars lists every variable the worker reads, for --help and the README.
 var Vars = slices.Concat([]Var{
 	{Name: "DATABASE_URL", Help: "PostgreSQL connection URL (required)", Secret: true},
-	{Name: "TEMPORAL_ADDRESS", Default: "localhost:7233", Help: "Temporal frontend host:port"},
-	{Name: "TEMPORAL_NAMESPACE", Default: "default", Help: "Temporal namespace"},
+}, temporalVars(), []Var{
 	{Name: "SUPPORTFLOW_TASK_QUEUE", Default: "supportflow", Help: "task queue the worker polls and the starter starts on"},
 	{Name: "SUPPORTFLOW_PAYLOAD_KEYS", Help: "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, worker api and starter", Secret: true},
 	{Name: "SUPPORTFLOW_PAYLOAD_KEYS_FILE", Help: "file with the payload keys instead, one ID:BASE64KEY a line (a mounted secret)"},
@@ -62,12 +82,19 @@ var Vars = slices.Concat([]Var{
 	{Name: "SUPPORTFLOW_METRICS_ADDR", Default: ":9090", Help: "address of the Prometheus /metrics endpoint (empty: off)"},
 	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Help: "OTLP/gRPC collector for traces (host:port or URL); tracing is off when empty"},
 	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
+	{Name: EnvDeploymentName, Help: "Worker Deployment Versioning: the deployment this worker belongs to (with TEMPORAL_WORKER_BUILD_ID; both or neither); empty runs unversioned (docs/versioning.md)"},
+	{Name: EnvWorkerBuildID, Help: "Worker Deployment Versioning: this build's ID (e.g. the image tag or git commit); pinned workflows finish on the build that started them"},
+	{Name: EnvDeploymentSetCurrent, Default: DeploymentSetCurrentIfNone, Help: "whether a versioned worker makes its build the deployment's current version once it polls: if-none (only when the deployment has none: the first deploy), always (each deploy takes new work at once), never (an operator ramps and promotes with `temporal worker deployment`)"},
 	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
-})
+}, httpVars())
 
 // Worker is the worker's configuration.
 type Worker struct {
 	DatabaseURL        string
+	// Temporal is how the worker connects to Temporal (address,
+	// namespace, TLS, API key); TemporalAddress and TemporalNamespace
+	// repeat its first two.
+	Temporal           temporalconn.Settings
 	TemporalAddress    string
 	TemporalNamespace  string
 	TaskQueue          string
@@ -96,10 +123,15 @@ type Worker struct {
 	ReplyUpdate  *supportflow.TicketUpdate
 	Account      string
 	DrainTimeout time.Duration
+	// Deployment is the worker's Worker Deployment Version (zero: the
+	// worker is unversioned).
+	Deployment Deployment
 	LogLevel     string
 	MetricsAddr  string
 	OTLPEndpoint string
-	Durations    policy.Durations
+	// HTTP are the metrics server's timeouts (SUPPORTFLOW_HTTP_*).
+	HTTP      telemetry.HTTPTimeouts
+	Durations policy.Durations
 	// ReconcileFrom and ReconcileBackfill say where a cold reconciler
 	// starts: a fixed time, else this long before its first run.
 	ReconcileFrom      time.Time
@@ -192,8 +224,6 @@ func LoadWorker() (Worker, error) {
 	}
 	c := Worker{
 		DatabaseURL:        get("DATABASE_URL", ""),
-		TemporalAddress:    get("TEMPORAL_ADDRESS", "localhost:7233"),
-		TemporalNamespace:  get("TEMPORAL_NAMESPACE", "default"),
 		TaskQueue:          get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
 		ZendeskURL:         get("ZENDESK_URL", ""),
 		ZendeskSubdomain:   get("ZENDESK_SUBDOMAIN", ""),
@@ -218,6 +248,11 @@ func LoadWorker() (Worker, error) {
 		c.MetricsAddr = ":9090"
 	}
 	var errs []error
+	if t, err := TemporalSettings(); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
+	}
 	missing := func(name, v string) {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%w: %s is required", ErrConfig, name))
@@ -252,6 +287,16 @@ func LoadWorker() (Worker, error) {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_DRAIN_TIMEOUT must be a non-negative duration", ErrConfig))
 	}
 	c.DrainTimeout = drain
+	c.Deployment = Deployment{Name: get(EnvDeploymentName, ""), BuildID: get(EnvWorkerBuildID, ""),
+		SetCurrent: get(EnvDeploymentSetCurrent, DeploymentSetCurrentIfNone)}
+	if (c.Deployment.Name == "") != (c.Deployment.BuildID == "") {
+		errs = append(errs, fmt.Errorf("%w: set both %s and %s for a versioned worker, or neither", ErrConfig, EnvDeploymentName, EnvWorkerBuildID))
+	}
+	switch c.Deployment.SetCurrent {
+	case DeploymentSetCurrentIfNone, DeploymentSetCurrentAlways, DeploymentSetCurrentNever:
+	default:
+		errs = append(errs, fmt.Errorf("%w: %s must be if-none, always or never", ErrConfig, EnvDeploymentSetCurrent))
+	}
 	start := get("SUPPORTFLOW_RECONCILE_START", "24h")
 	if t, err := time.Parse(time.RFC3339, start); err == nil {
 		c.ReconcileFrom = t
@@ -300,6 +345,9 @@ func LoadWorker() (Worker, error) {
 	}
 	c.Durations, err = policy.FromEnv()
 	if err != nil {
+		errs = append(errs, err)
+	}
+	if c.HTTP, err = HTTPTimeouts(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.PayloadKeys, err = PayloadKeys(); err != nil {
@@ -404,12 +452,15 @@ var APIVars = []Var{
 	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server", Secret: true},
 	{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
+	{Name: EnvMaxStreamsPerToken, Default: strconv.Itoa(api.DefaultMaxStreamsPerToken), Help: "event streams (GET /tickets/{id}/draft/events) one API token may hold open at once; the next is answered 429 with a Retry-After"},
+	{Name: EnvSSEKeepAlive, Default: "15s", Help: "how often an event stream with nothing new sends a keep-alive comment (keep it under the idle timeout of every proxy in front of the API)"},
 	{Name: codec.EnvAllowEncode, Default: "false", Help: "true also serves POST /codec/encode, which seals whatever payloads a codec token holder sends (the temporal CLI's start and signal with --codec-endpoint, the Web UI's start and signal forms); false answers it 403, so the codec server only decodes, which is all displaying histories needs"},
 }
 
 // API is the HTTP API's configuration.
 type API struct {
 	DatabaseURL       string
+	Temporal          temporalconn.Settings
 	TemporalAddress   string
 	TemporalNamespace string
 	TaskQueue         string
@@ -439,6 +490,16 @@ type API struct {
 	LogLevel     string
 	MetricsAddr  string
 	OTLPEndpoint string
+
+	// HTTP are the API's and its metrics server's timeouts
+	// (SUPPORTFLOW_HTTP_*).
+	HTTP telemetry.HTTPTimeouts
+	// MaxStreamsPerToken caps one token's open event streams
+	// (SUPPORTFLOW_API_MAX_STREAMS_PER_TOKEN).
+	MaxStreamsPerToken int
+	// SSEKeepAlive is how often an idle event stream sends a comment
+	// (SUPPORTFLOW_API_SSE_KEEPALIVE).
+	SSEKeepAlive time.Duration
 }
 
 // LoadAPI reads the API's configuration, reporting every problem by name
@@ -452,8 +513,6 @@ func LoadAPI() (API, error) {
 	}
 	c := API{
 		DatabaseURL:       get("DATABASE_URL", ""),
-		TemporalAddress:   get("TEMPORAL_ADDRESS", "localhost:7233"),
-		TemporalNamespace: get("TEMPORAL_NAMESPACE", "default"),
 		TaskQueue:         get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
 		Account:           accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
 		Addr:              get("SUPPORTFLOW_API_ADDR", ":8080"),
@@ -466,6 +525,11 @@ func LoadAPI() (API, error) {
 		c.MetricsAddr = ":9090"
 	}
 	var errs []error
+	if t, err := TemporalSettings(); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
+	}
 	var err error
 	if c.Tokens, err = APITokens(os.Getenv); err != nil {
 		errs = append(errs, err)
@@ -505,6 +569,17 @@ func LoadAPI() (API, error) {
 	c.CodecTokens = splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS"))
 	if err := shortToken("SUPPORTFLOW_CODEC_TOKENS", c.CodecTokens); err != nil {
 		errs = append(errs, err)
+	}
+	if c.HTTP, err = HTTPTimeouts(); err != nil {
+		errs = append(errs, err)
+	}
+	if n, err := strconv.Atoi(get(EnvMaxStreamsPerToken, strconv.Itoa(api.DefaultMaxStreamsPerToken))); err != nil || n < 1 || n > 10_000 {
+		errs = append(errs, fmt.Errorf("%w: %s must be a whole number from 1 to 10000", ErrConfig, EnvMaxStreamsPerToken))
+	} else {
+		c.MaxStreamsPerToken = n
+	}
+	if c.SSEKeepAlive, err = time.ParseDuration(get(EnvSSEKeepAlive, "15s")); err != nil || c.SSEKeepAlive <= 0 {
+		errs = append(errs, fmt.Errorf("%w: %s must be a positive duration", ErrConfig, EnvSSEKeepAlive))
 	}
 	c.CodecOrigins = splitList(os.Getenv("SUPPORTFLOW_CODEC_CORS_ORIGINS"))
 	for _, o := range c.CodecOrigins {
@@ -617,11 +692,11 @@ func accountFrom(account, subdomain, zendeskURL string) string {
 }
 
 // GatewayVars lists what `worker codec-gateway` reads.
-var GatewayVars = []Var{
+var GatewayVars = slices.Concat([]Var{
 	{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Help: "URL of the worker api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "the codec token the gateway sends (the first of the list; required)", Secret: true},
 	{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
-}
+}, httpVars())
 
 // Gateway is the codec gateway's configuration: where it listens, the
 // codec server it forwards to, and the token it adds.
@@ -630,6 +705,8 @@ type Gateway struct {
 	Upstream *url.URL
 	Token    string
 	LogLevel string
+	// HTTP are the gateway's timeouts (SUPPORTFLOW_HTTP_*).
+	HTTP telemetry.HTTPTimeouts
 }
 
 // LoadGateway reads the codec gateway's configuration, naming every
@@ -651,6 +728,10 @@ func LoadGateway() (Gateway, error) {
 	} else {
 		g.Token = tokens[0]
 	}
+	var err error
+	if g.HTTP, err = HTTPTimeouts(); err != nil {
+		errs = append(errs, err)
+	}
 	return g, errors.Join(errs...)
 }
 
@@ -666,3 +747,85 @@ func PrintVars(w io.Writer, vars []Var) {
 	}
 	tw.Flush()
 }
+
+// The API's event stream settings.
+const (
+	EnvMaxStreamsPerToken = "SUPPORTFLOW_API_MAX_STREAMS_PER_TOKEN"
+	EnvSSEKeepAlive       = "SUPPORTFLOW_API_SSE_KEEPALIVE"
+)
+
+// httpTimeoutVars are the timeouts of every HTTP server supportflow runs
+// (the API, the codec gateway, the metrics endpoint), their defaults
+// telemetry.DefaultHTTPTimeouts'; what each bounds is net/http's
+// (https://pkg.go.dev/net/http#Server).
+var httpTimeoutVars = []struct {
+	Var
+	into func(*telemetry.HTTPTimeouts) *time.Duration
+}{
+	{Var{Name: "SUPPORTFLOW_HTTP_READ_HEADER_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.ReadHeader.String(), Help: "how long an HTTP server (API, codec gateway, metrics) waits for a request's headers"},
+		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.ReadHeader }},
+	{Var{Name: "SUPPORTFLOW_HTTP_READ_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Read.String(), Help: "how long an HTTP server waits for a whole request, headers and body (the API bounds a body's read by it too)"},
+		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Read }},
+	{Var{Name: "SUPPORTFLOW_HTTP_WRITE_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Write.String(), Help: "how long an HTTP server has to answer a request, from its headers; an event stream gets it anew for every event it writes"},
+		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Write }},
+	{Var{Name: "SUPPORTFLOW_HTTP_IDLE_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Idle.String(), Help: "how long an HTTP server keeps an idle keep-alive connection open"},
+		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Idle }},
+}
+
+// httpVars are httpTimeoutVars' documentation, for Vars and GatewayVars.
+func httpVars() []Var {
+	var vars []Var
+	for _, v := range httpTimeoutVars {
+		vars = append(vars, v.Var)
+	}
+	return vars
+}
+
+// HTTPTimeouts reads the HTTP servers' timeouts (SUPPORTFLOW_HTTP_*),
+// each a positive duration, defaults where unset; every malformed one is
+// reported by name.
+func HTTPTimeouts() (telemetry.HTTPTimeouts, error) {
+	var t telemetry.HTTPTimeouts
+	var errs []error
+	for _, v := range httpTimeoutVars {
+		raw := strings.TrimSpace(os.Getenv(v.Name))
+		if raw == "" {
+			raw = v.Default
+		}
+		d, err := time.ParseDuration(raw)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%w: %s must be a positive duration", ErrConfig, v.Name))
+			continue
+		}
+		*v.into(&t) = d
+	}
+	if len(errs) == 0 {
+		if err := t.Check(); err != nil {
+			errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_HTTP_READ_HEADER_TIMEOUT / SUPPORTFLOW_HTTP_READ_TIMEOUT: %v", ErrConfig, err))
+		}
+	}
+	return t, errors.Join(errs...)
+}
+
+// Worker Deployment Versioning settings. The first two are the names
+// Temporal's worker controller for Kubernetes gives its workers.
+// https://docs.temporal.io/production-deployment/worker-deployments/worker-versioning
+const (
+	EnvDeploymentName       = "TEMPORAL_DEPLOYMENT_NAME"
+	EnvWorkerBuildID        = "TEMPORAL_WORKER_BUILD_ID"
+	EnvDeploymentSetCurrent = "SUPPORTFLOW_DEPLOYMENT_SET_CURRENT"
+
+	DeploymentSetCurrentIfNone = "if-none"
+	DeploymentSetCurrentAlways = "always"
+	DeploymentSetCurrentNever  = "never"
+)
+
+// Deployment is a versioned worker's place in a Worker Deployment.
+type Deployment struct {
+	Name, BuildID string
+	// SetCurrent is if-none, always or never (EnvDeploymentSetCurrent).
+	SetCurrent string
+}
+
+// Versioned reports whether the worker uses Worker Deployment Versioning.
+func (d Deployment) Versioned() bool { return d.Name != "" && d.BuildID != "" }

@@ -98,6 +98,10 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 			// server spreads a few tasks thin and dispatch gets slower.
 			"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 			"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+			// Task-queue priority: the dev server's Temporal (1.29) has
+			// the priority-enabled matcher off by default; 1.31 and later
+			// turn it on.
+			"--dynamic-config-value", "matching.useNewMatcher=true",
 		}
 		for _, k := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
 			args = append(args, "--dynamic-config-value", k+"="+opts.DynamicConfig[k])

@@ -25,13 +25,15 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/supportflow/supportflow/internal/temporalconn"
 )
 
 // TemporalServerVersion is the Temporal server the production topology runs:
 // the server inside the pinned CLI (TemporalCLIVersion v1.5.1 is server
 // 1.29.1) and the image docker-compose.yml deploys. Change the three
 // together.
-const TemporalServerVersion = "v1.29.1"
+const TemporalServerVersion = "v1.32.1"
 
 const temporalServerModule = "go.temporal.io/server"
 
@@ -44,6 +46,28 @@ type TemporalServerOptions struct {
 	SearchAttributes map[string]string
 	// Log receives the server's output; Progress build progress lines.
 	Log, Progress io.Writer
+	// TLS, when set, serves the frontend over TLS (mutual TLS with
+	// RequireClientAuth), as a secured cluster does.
+	TLS *ServerTLS
+	// JWKSFile, when set, makes the frontend authorize every call: the
+	// default JWT claim mapper reads the bearer token (an API key signed by
+	// a key in this JSON Web Key Set file) and its "permissions" claim
+	// ("default:admin", "temporal-system:admin"), and the default authorizer
+	// refuses calls without one.
+	// https://docs.temporal.io/self-hosted-guide/security#authorization
+	JWKSFile string
+	// Connect is how StartTemporalServer's own client reaches the frontend
+	// to register the namespace (its TLS and API key; the address is the
+	// server's).
+	Connect temporalconn.Settings
+}
+
+// ServerTLS is the frontend's TLS: its certificate and key, and with
+// RequireClientAuth the CA client certificates must chain to.
+// https://docs.temporal.io/self-hosted-guide/security#encryption-in-transit-with-mtls
+type ServerTLS struct {
+	CertFile, KeyFile, ClientCAFile string
+	RequireClientAuth               bool
 }
 
 // StartTemporalServer runs the topology docker-compose.yml deploys, on
@@ -104,7 +128,7 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 	if err := os.WriteFile(dyn, []byte(testDynamicConfig), 0o644); err != nil {
 		return nil, err
 	}
-	ports, err := freeLowPorts(9)
+	ports, err := freeLowPorts(11)
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +140,26 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 		"DefaultAddr": dbHostPort(dbs[0]), "VisibilityAddr": dbHostPort(dbs[1]), "P": ports, "DynamicConfig": dyn,
 		"User": dbs[0].User.Username(), "Password": password(dbs[0]),
 		"DefaultDB": strings.TrimPrefix(dbs[0].Path, "/"), "VisibilityDB": strings.TrimPrefix(dbs[1].Path, "/"),
+		"TLS": opts.TLS, "JWKS": opts.JWKSFile,
+		// The server's own system workers reach it through an internal
+		// frontend, which neither asks for a client certificate nor
+		// authorizes, once the public one does either.
+		"Internal": opts.TLS != nil || opts.JWKSFile != "",
 	}); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config", "supportflow.yaml"), cfg.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "server"), "--root", dir, "--config", "config", "--env", "supportflow", "--allow-no-auth", "start")
+	args := []string{"--root", dir, "--config", "config", "--env", "supportflow", "--allow-no-auth", "start"}
+	if opts.TLS != nil || opts.JWKSFile != "" {
+		// The internal frontend is not among the services started by
+		// default.
+		for _, svc := range []string{"frontend", "internal-frontend", "history", "matching", "worker"} {
+			args = append(args, "--service", svc)
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "server"), args...)
 	cmd.Dir = dir
 	proc, err := startChild("temporal server", cmd, opts.Log, syscall.SIGKILL, nil)
 	if err != nil {
@@ -133,7 +170,7 @@ func StartTemporalServer(ctx context.Context, opts TemporalServerOptions) (_ *Te
 		dropAll()
 		os.RemoveAll(dir)
 	}
-	if err := setUpNamespace(ctx, t, opts.SearchAttributes); err != nil {
+	if err := setUpNamespace(ctx, t, opts.Connect, opts.SearchAttributes); err != nil {
 		_ = proc.stop(syscall.SIGINT, 10*time.Second)
 		return nil, err
 	}
@@ -156,12 +193,16 @@ func password(u *url.URL) string {
 
 // setUpNamespace registers "default" (one day's retention) and the search
 // attributes once the frontend answers, as compose's setup job does.
-func setUpNamespace(ctx context.Context, t *Temporal, attrs map[string]string) error {
+func setUpNamespace(ctx context.Context, t *Temporal, conn temporalconn.Settings, attrs map[string]string) error {
+	conn.Address, conn.Namespace = t.Address, "default"
+	o := client.Options{Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))}
+	if err := conn.Apply(&o); err != nil {
+		return err
+	}
 	var c client.Client
 	for {
 		var err error
-		c, err = client.DialContext(ctx, client.Options{HostPort: t.Address,
-			Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+		c, err = client.DialContext(ctx, o)
 		if err == nil {
 			break
 		}
@@ -225,7 +266,13 @@ func setUpNamespace(ctx context.Context, t *Temporal, attrs map[string]string) e
 			return err
 		}
 	}
-	return step("describing the namespace", func(ctx context.Context) error { return pingTemporal(ctx, t.Address, "default") })
+	return step("describing the namespace", func(ctx context.Context) error {
+		if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+			return err
+		}
+		_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
+		return err
+	})
 }
 
 // EnsureTemporalServer returns a directory holding the server ("server")
@@ -363,6 +410,26 @@ global:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
+{{- if .TLS}}
+  tls:
+    frontend:
+      server:
+        certFile: "{{.TLS.CertFile}}"
+        keyFile: "{{.TLS.KeyFile}}"
+{{- if .TLS.ClientCAFile}}
+        clientCaFiles: ["{{.TLS.ClientCAFile}}"]
+{{- end}}
+        requireClientAuth: {{.TLS.RequireClientAuth}}
+{{- end}}
+{{- if .JWKS}}
+  authorization:
+    authorizer: default
+    claimMapper: default
+    permissionsClaimName: permissions
+    jwtKeyProvider:
+      keySourceURIs: ["file://{{.JWKS}}"]
+      refreshInterval: 1m
+{{- end}}
 services:
   frontend:
     rpc:
@@ -370,6 +437,13 @@ services:
       membershipPort: {{index .P 1}}
       httpPort: {{index .P 2}}
       bindOnIP: 127.0.0.1
+{{- if .Internal}}
+  internal-frontend:
+    rpc:
+      grpcPort: {{index .P 9}}
+      membershipPort: {{index .P 10}}
+      bindOnIP: 127.0.0.1
+{{- end}}
   history:
     rpc:
       grpcPort: {{index .P 3}}

@@ -23,7 +23,16 @@ const serveShutdownTimeout = 5 * time.Second
 // waits for it to be read or for ctx to end. An empty addr disables
 // metrics: Serve returns nil at once and sends nothing on ready. An error
 // means the address could not be bound or the server failed.
+//
+// The server has DefaultHTTPTimeouts; ServeWith takes configured ones.
 func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string) error {
+	return ServeWith(ctx, addr, h, ready, DefaultHTTPTimeouts)
+}
+
+// ServeWith is Serve with the server's timeouts (SUPPORTFLOW_HTTP_*; those
+// left zero are DefaultHTTPTimeouts'): a scraper that stalls, or leaves a
+// connection idle, is cut off like any other client.
+func ServeWith(ctx context.Context, addr string, h http.Handler, ready chan<- string, timeouts HTTPTimeouts) error {
 	if addr == "" {
 		return nil
 	}
@@ -34,10 +43,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- string
 	}
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, h)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	srv := timeouts.Server(mux)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

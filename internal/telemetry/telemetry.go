@@ -4,6 +4,8 @@
 // project's own and the Go runtime's all come out of one /metrics page),
 // and, when an OTLP endpoint is configured, a TracerProvider that exports
 // spans over OTLP/gRPC and the Temporal tracing interceptor that feeds it.
+// Exported spans carry IDs and error classes, never an error's message
+// (scrub.go).
 //
 // Nothing here touches the OpenTelemetry or Prometheus globals: every
 // process (and test) gets its own providers and registry, so two of them in
@@ -78,6 +80,11 @@ type Config struct {
 	// keep their standard meaning. Export is asynchronous: an unreachable
 	// collector never fails New, it only loses spans.
 	OTLPEndpoint string
+
+	// SpanExporter, when not nil, turns tracing on with spans handed to it
+	// as each ends (an in-memory exporter in tests), instead of over OTLP.
+	// Like OTLP's, it receives spans scrubbed of error text (scrub.go).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // Telemetry holds a process's meter and tracer providers and the
@@ -170,7 +177,10 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: metrics: %w", err)
 	}
 
-	if endpoint := strings.TrimSpace(cfg.OTLPEndpoint); endpoint != "" {
+	var processor sdktrace.SpanProcessor
+	if cfg.SpanExporter != nil {
+		processor = sdktrace.NewSimpleSpanProcessor(scrubExporter{cfg.SpanExporter})
+	} else if endpoint := strings.TrimSpace(cfg.OTLPEndpoint); endpoint != "" {
 		opt, err := endpointOption(endpoint)
 		if err != nil {
 			_ = mp.Shutdown(context.Background())
@@ -181,12 +191,17 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 			_ = mp.Shutdown(context.Background())
 			return nil, fmt.Errorf("telemetry: otlp exporter: %w", err)
 		}
+		processor = sdktrace.NewBatchSpanProcessor(scrubExporter{spanExporter})
+	}
+	if processor != nil {
 		tp := sdktrace.NewTracerProvider(
 			sdktrace.WithResource(res),
-			sdktrace.WithBatcher(spanExporter),
+			sdktrace.WithSpanProcessor(processor),
 		)
+		// Spans record an error's class, never its message (scrub.go).
 		tracing, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{
-			Tracer: tp.Tracer(temporalScope),
+			Tracer:      tp.Tracer(temporalScope),
+			SpanStarter: startClassifyingSpan,
 		})
 		if err != nil {
 			_ = tp.Shutdown(context.Background())

@@ -33,7 +33,10 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
+	o, err := ClientOptions(cfg.Temporal, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
+	if err != nil {
+		return err
+	}
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
@@ -42,6 +45,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	l := ledger.New(pool, cfg.Account)
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
+		ReadTimeout: cfg.HTTP.Read, WriteTimeout: cfg.HTTP.Write, MaxStreamsPerToken: cfg.MaxStreamsPerToken, KeepAlive: cfg.SSEKeepAlive,
 		Codec: &codec.Codec{Keys: cfg.PayloadKeys, AllowEncode: cfg.CodecAllowEncode}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
 		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Approvals: l, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
@@ -53,7 +57,9 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	}
 	// Requests do not inherit ctx: Shutdown lets in-flight ones finish
 	// (an approval half-way through its Update must not be cut off).
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	// The server's timeouts are SUPPORTFLOW_HTTP_*'s; the event streams
+	// extend their own write deadline per event (api.Config.WriteTimeout).
+	hs := cfg.HTTP.Server(srv)
 	hs.RegisterOnShutdown(srv.Close)
 	logger.Info("api listening", "addr", ln.Addr().String(), "account", cfg.Account, "payload_key", cfg.PayloadKeys.ActiveID(),
 		"api_tokens", tokenNames(cfg.Tokens), "codec_server", len(cfg.CodecTokens) > 0, "codec_origins", cfg.CodecOrigins,
@@ -106,7 +112,7 @@ func RunGateway(ctx context.Context, cfg config.Gateway, logger *slog.Logger, re
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: codec.Gateway(cfg.Upstream, cfg.Token), ReadHeaderTimeout: 10 * time.Second}
+	hs := cfg.HTTP.Server(codec.Gateway(cfg.Upstream, cfg.Token))
 	logger.Info("codec gateway listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream.Redacted())
 	return serve(ctx, hs, ln, ready)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/telemetry"
+	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
@@ -79,7 +80,10 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	}
 	defer bq.Close()
 
-	o := ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
+	o, err := ClientOptions(cfg.Temporal, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, logger, tel)
+	if err != nil {
+		return err
+	}
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return fmt.Errorf("temporal: %w", err)
@@ -144,9 +148,9 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go relay.Run(relayCtx)
-	logger.Info("worker starting", "task_queue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "payload_key", cfg.PayloadKeys.ActiveID(), "payload_keys", cfg.PayloadKeys.IDs(),
-		"namespace", cfg.TemporalNamespace, "account", cfg.Account, "model", cfg.ModelName,
-		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject, "admit_unsealed_payloads", cfg.AdmitUnsealedPayloads)
+	logger.Info("worker starting", append(cfg.Temporal.Describe(), "task_queue", cfg.TaskQueue, "payload_key", cfg.PayloadKeys.ActiveID(), "payload_keys", cfg.PayloadKeys.IDs(),
+		"account", cfg.Account, "model", cfg.ModelName,
+		"enrichment_mode", cfg.EnrichmentMode, "bigquery_project", cfg.BigQueryProject, "admit_unsealed_payloads", cfg.AdmitUnsealedPayloads)...)
 	if cfg.AdmitUnsealedPayloads {
 		logger.Warn("payloads that are not sealed are admitted: anyone who can reach Temporal can start a workflow this worker runs; unset " +
 			codec.EnvAdmitUnsealed + " once the histories from before payload encryption have drained")
@@ -196,6 +200,11 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		}
 		wg.Wait()
 	}()
+	if cfg.Deployment.Versioned() {
+		promoteCtx, stopPromote := context.WithCancel(ctx)
+		defer stopPromote()
+		go promote(promoteCtx, c, cfg.Deployment, logger)
+	}
 	err = w.Run(interrupt)
 	stopAll(nil)
 	drained.Wait()
@@ -231,15 +240,19 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 // (SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS, while histories from before
 // payload encryption drain), structured logs through slog, and (with
 // telemetry) the SDK's metrics and the OpenTelemetry tracing interceptor.
-// A worker built on the client decodes with the same converter.
-func ClientOptions(address, namespace string, keys *codec.Keyring, admitUnsealed bool, logger *slog.Logger, tel *telemetry.Telemetry) client.Options {
-	o := client.Options{HostPort: address, Namespace: namespace, Logger: sdklog.NewStructuredLogger(logger)}
+// A worker built on the client decodes with the same converter. conn says
+// where Temporal is and how to authenticate (TLS, mTLS, API key).
+func ClientOptions(conn temporalconn.Settings, keys *codec.Keyring, admitUnsealed bool, logger *slog.Logger, tel *telemetry.Telemetry) (client.Options, error) {
+	o := client.Options{Logger: sdklog.NewStructuredLogger(logger)}
+	if err := conn.Apply(&o); err != nil {
+		return o, err
+	}
 	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admitUnsealed))
 	if tel != nil {
 		o.MetricsHandler = tel.TemporalMetrics()
 		o.Interceptors = tel.ClientInterceptors()
 	}
-	return o
+	return o, nil
 }
 
 // Options are the worker options every supportflow worker (and test
@@ -248,11 +261,20 @@ func ClientOptions(address, namespace string, keys *codec.Keyring, admitUnsealed
 // drain timeout.
 func Options(cfg config.Worker, m *telemetry.Metrics) worker.Options {
 	d := cfg.Durations.Fill()
-	return worker.Options{
+	o := worker.Options{
 		Interceptors:                 []interceptor.WorkerInterceptor{policy.NewRetryInterceptor(d, m.Retry)},
 		MaxHeartbeatThrottleInterval: d.HeartbeatInterval,
 		WorkerStopTimeout:            cfg.DrainTimeout,
 	}
+	if cfg.Deployment.Versioned() {
+		// Every worker of the process (the resource queues' too) is the
+		// same version, so a pinned run's activities stay on its build.
+		o.DeploymentOptions = worker.DeploymentOptions{
+			UseVersioning: true,
+			Version:       worker.WorkerDeploymentVersion{DeploymentName: cfg.Deployment.Name, BuildID: cfg.Deployment.BuildID},
+		}
+	}
+	return o
 }
 
 // metricsOf is tel's project metrics, nil without telemetry.

@@ -274,7 +274,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	metricsReady := make(chan string, 1)
 	go func() {
-		if err := telemetry.Serve(bgCtx, cfg.MetricsAddr, tel.Handler(), metricsReady); err != nil {
+		if err := telemetry.ServeWith(bgCtx, cfg.MetricsAddr, tel.Handler(), metricsReady, cfg.HTTP); err != nil {
 			logger.Error("metrics endpoint", "error", err)
 		}
 	}()
@@ -305,7 +305,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	apiURL := "http://" + apiAddr
 	upstream, _ := url.Parse(apiURL)
-	gateway := &http.Server{Handler: codec.Gateway(upstream, codecToken), ReadHeaderTimeout: 10 * time.Second}
+	gateway := apiCfg.HTTP.Server(codec.Gateway(upstream, codecToken))
 	go func() { _ = gateway.Serve(gatewayLn) }()
 	cleanups = append(cleanups, func() { _ = gateway.Close() })
 	if st.standins {
@@ -316,7 +316,10 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 
 	// The local run's own client: the product's options, its logs discarded.
-	o := workerapp.ClientOptions(cfg.TemporalAddress, cfg.TemporalNamespace, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, slog.New(slog.DiscardHandler), nil)
+	o, err := workerapp.ClientOptions(cfg.Temporal, cfg.PayloadKeys, cfg.AdmitUnsealedPayloads, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		return err
+	}
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return err

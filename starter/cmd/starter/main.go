@@ -31,15 +31,16 @@
 // Exit status: 0 done, 1 failed (including a stale proposal or a ticket
 // without a draft), 2 bad usage.
 //
-// Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-// SUPPORTFLOW_TASK_QUEUE, the payload keys (SUPPORTFLOW_PAYLOAD_KEYS or
+// Settings come from the environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE
+// and the connection's TLS and API key (TEMPORAL_TLS_*, TEMPORAL_API_KEY or
+// TEMPORAL_API_KEY_FILE, as Temporal's own tools name them; see
+// internal/temporalconn), SUPPORTFLOW_TASK_QUEUE, the payload keys (SUPPORTFLOW_PAYLOAD_KEYS or
 // SUPPORTFLOW_PAYLOAD_KEYS_FILE, as the worker's),
 // SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (as the worker's), and for approve,
 // retry and parity DATABASE_URL and SUPPORTFLOW_ACCOUNT.
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,7 +142,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(w, "\nexit status: 0 done, 1 failed, 2 bad usage (nothing was sent)")
-	fmt.Fprintln(w, "\nenvironment: TEMPORAL_ADDRESS (localhost:7233), TEMPORAL_NAMESPACE (default), SUPPORTFLOW_TASK_QUEUE (supportflow);")
+	fmt.Fprintln(w, "\nenvironment: TEMPORAL_ADDRESS (localhost:7233), TEMPORAL_NAMESPACE (default), TEMPORAL_TLS_* and TEMPORAL_API_KEY[_FILE] (TLS, mTLS, API key), SUPPORTFLOW_TASK_QUEUE (supportflow);")
 	fmt.Fprintln(w, "approve, retry and parity also DATABASE_URL and SUPPORTFLOW_ACCOUNT (both required)")
 }
 
@@ -225,10 +226,13 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	o := client.Options{
-		HostPort:  cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), "localhost:7233"),
-		Namespace: cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), "default"),
-		Logger:    sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	conn, err := config.TemporalSettings()
+	if err != nil {
+		return nil, nil, err
+	}
+	o := client.Options{Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	if err := conn.Apply(&o); err != nil {
+		return nil, nil, err
 	}
 	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admit))
 	c, err := client.DialContext(ctx, o)

@@ -1,0 +1,257 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/temporal"
+)
+
+// Spans and logs carry IDs and error types, never an error's message: the
+// message of an activity's or a workflow's error can quote the model's
+// answer or the customer's words (an answer that does not parse, a reply
+// Zendesk refused), and a trace backend or a log store is not where that
+// text may go (Temporal's own copy is sealed by the failure converter).
+//
+// Two layers keep it out of exported spans:
+//   - the Temporal tracing interceptor's spans are started through
+//     classifyingSpan (its SpanStarter hook), whose RecordError records the
+//     error's class (ErrorClass) as exception.type and error.type, without
+//     exception.message, and whose SetStatus puts the class, not the
+//     message, in the status description. The interceptor records every
+//     failed span with RecordError and SetStatus(codes.Error, err.Error())
+//     (go.temporal.io/sdk/contrib/opentelemetry, tracerSpan.Finish);
+//   - every exporter is wrapped in scrubExporter, which drops message and
+//     stack trace attributes from whatever span reaches it (one started
+//     anywhere else: a library's, a future otelhttp) and replaces an error
+//     status's description with the recorded exception type, or "error".
+//
+// The attribute names are OpenTelemetry's semantic conventions:
+// https://opentelemetry.io/docs/specs/semconv/exceptions/exceptions-spans/
+// (exception.type, exception.message, exception.stacktrace) and
+// https://opentelemetry.io/docs/specs/semconv/attributes-registry/error/
+// (error.type).
+
+// The semantic-convention keys the scrubbing reads and writes.
+const (
+	keyExceptionType       = attribute.Key("exception.type")
+	keyExceptionMessage    = attribute.Key("exception.message")
+	keyExceptionStacktrace = attribute.Key("exception.stacktrace")
+	keyErrorType           = attribute.Key("error.type")
+	// exceptionEvent is the name of the event RecordError adds.
+	exceptionEvent = "exception"
+)
+
+// ErrorClass names err's kind without its text, for span attributes and
+// log fields: a Temporal ApplicationError's Type ("application:" + e.g.
+// ModelTruncated, InvalidModelOutput, or the Go type of a plain error an
+// activity returned), a timeout's type ("timeout:" + e.g.
+// TIMEOUT_TYPE_START_TO_CLOSE), "canceled", "terminated", "panic",
+// "server", a context's end, or else err's Go type. "" for nil.
+func ErrorClass(err error) string {
+	if err == nil {
+		return ""
+	}
+	var (
+		panicked   *temporal.PanicError
+		timeout    *temporal.TimeoutError
+		canceled   *temporal.CanceledError
+		terminated *temporal.TerminatedError
+		app        *temporal.ApplicationError
+		server     *temporal.ServerError
+	)
+	switch {
+	case errors.As(err, &panicked):
+		return "panic"
+	case errors.As(err, &timeout):
+		return "timeout:" + timeout.TimeoutType().String()
+	case errors.As(err, &canceled):
+		return "canceled"
+	case errors.As(err, &terminated):
+		return "terminated"
+	case errors.As(err, &app):
+		return "application:" + typeName(app.Type())
+	case errors.As(err, &server):
+		return "server"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "context_deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "context_canceled"
+	}
+	return typeName(fmt.Sprintf("%T", err))
+}
+
+// typeName keeps a type name to what a type name is made of, at most 80
+// characters: an ApplicationError's Type is a string its maker chose, and
+// must not become a way for text to reach a span.
+func typeName(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("._*:/-[]", r):
+			return r
+		}
+		return '_'
+	}, s)
+	if len(s) > 80 {
+		s = s[:80]
+	}
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// classifyingSpan records errors by class only (see the package's note
+// above): RecordError adds an exception event with exception.type and
+// sets error.type; SetStatus(codes.Error, …) describes the status with
+// the last class recorded (or "error"), never with the text it is given.
+type classifyingSpan struct {
+	trace.Span
+	class string
+}
+
+// startClassifyingSpan is the Temporal tracing interceptor's SpanStarter.
+func startClassifyingSpan(ctx context.Context, t trace.Tracer, name string, opts ...trace.SpanStartOption) trace.Span {
+	_, span := t.Start(ctx, name, opts...)
+	return &classifyingSpan{Span: span}
+}
+
+// RecordError records err's class; the options (a stack trace, extra
+// attributes) are dropped, as they could carry what the error says.
+func (s *classifyingSpan) RecordError(err error, _ ...trace.EventOption) {
+	if err == nil || !s.IsRecording() {
+		return
+	}
+	s.class = ErrorClass(err)
+	s.Span.AddEvent(exceptionEvent, trace.WithAttributes(keyExceptionType.String(s.class)))
+	s.Span.SetAttributes(keyErrorType.String(s.class))
+}
+
+// SetStatus sets the status with the recorded class as its description.
+func (s *classifyingSpan) SetStatus(code codes.Code, _ string) {
+	desc := ""
+	if code == codes.Error {
+		desc = s.class
+		if desc == "" {
+			desc = "error"
+		}
+	}
+	s.Span.SetStatus(code, desc)
+}
+
+// scrubExporter hands its exporter spans with no error text: message and
+// stack trace attributes dropped from the span, its events and links, and
+// an error status described by the last exception type recorded.
+type scrubExporter struct {
+	next sdktrace.SpanExporter
+}
+
+func (e scrubExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	out := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i, s := range spans {
+		out[i] = scrubbedSpan{s}
+	}
+	return e.next.ExportSpans(ctx, out)
+}
+
+func (e scrubExporter) Shutdown(ctx context.Context) error { return e.next.Shutdown(ctx) }
+
+// scrubbedSpan is a ReadOnlySpan as scrubExporter exports it.
+type scrubbedSpan struct{ sdktrace.ReadOnlySpan }
+
+// textKey reports whether an attribute carries an error's text.
+func textKey(k attribute.Key) bool { return k == keyExceptionMessage || k == keyExceptionStacktrace }
+
+func scrubAttrs(attrs []attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(attrs))
+	for _, a := range attrs {
+		if !textKey(a.Key) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s scrubbedSpan) Attributes() []attribute.KeyValue {
+	return scrubAttrs(s.ReadOnlySpan.Attributes())
+}
+
+func (s scrubbedSpan) Events() []sdktrace.Event {
+	events := s.ReadOnlySpan.Events()
+	out := make([]sdktrace.Event, len(events))
+	for i, ev := range events {
+		ev.Attributes = scrubAttrs(ev.Attributes)
+		out[i] = ev
+	}
+	return out
+}
+
+func (s scrubbedSpan) Links() []sdktrace.Link {
+	links := s.ReadOnlySpan.Links()
+	out := make([]sdktrace.Link, len(links))
+	for i, l := range links {
+		l.Attributes = scrubAttrs(l.Attributes)
+		out[i] = l
+	}
+	return out
+}
+
+func (s scrubbedSpan) Status() sdktrace.Status {
+	st := s.ReadOnlySpan.Status()
+	if st.Code != codes.Error {
+		st.Description = ""
+		return st
+	}
+	st.Description = "error"
+	for _, ev := range s.ReadOnlySpan.Events() {
+		if ev.Name != exceptionEvent {
+			continue
+		}
+		for _, a := range ev.Attributes {
+			if a.Key == keyExceptionType {
+				st.Description = typeName(a.Value.Emit())
+			}
+		}
+	}
+	return st
+}
+
+// LogError is the log fields of err: its class (error_type, ErrorClass)
+// always, and its message (error) only when no Temporal failure is in its
+// chain. A failure's message is what a workflow or activity said, which
+// can quote the model's answer or the customer's words; an
+// infrastructure error's (PostgreSQL, a gRPC status, a dial) is kept, as
+// it is what an operator needs.
+func LogError(err error) []any {
+	if err == nil {
+		return nil
+	}
+	fields := []any{"error_type", ErrorClass(err)}
+	if !carriesFailureText(err) {
+		fields = append(fields, "error", err.Error())
+	}
+	return fields
+}
+
+// carriesFailureText reports whether err's chain holds a Temporal failure
+// whose message came from workflow or activity code.
+func carriesFailureText(err error) bool {
+	var (
+		app        *temporal.ApplicationError
+		activity   *temporal.ActivityError
+		workflow   *temporal.WorkflowExecutionError
+		child      *temporal.ChildWorkflowExecutionError
+		panicked   *temporal.PanicError
+		canceled   *temporal.CanceledError
+		timeout    *temporal.TimeoutError
+		terminated *temporal.TerminatedError
+	)
+	return errors.As(err, &app) || errors.As(err, &activity) || errors.As(err, &workflow) || errors.As(err, &child) ||
+		errors.As(err, &panicked) || errors.As(err, &canceled) || errors.As(err, &timeout) || errors.As(err, &terminated)
+}
