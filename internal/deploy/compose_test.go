@@ -1,12 +1,12 @@
 package deploy
 
 import (
-	"cmp"
 	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,19 +21,13 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
-	"github.com/supportflow/supportflow/internal/policy"
 )
 
-// repoRoot is the repository root, relative to this package's directory
-// (where go test runs).
-const repoRoot = "../.."
-
 // hostEnv stands in for the deployment host's environment: a value for every
-// variable docker-compose.yml takes from it. The values are distinctive, so
-// a test can tell that a setting came from here and not from the file.
+// variable docker-compose.yml requires from it. The values are distinctive,
+// so a test can tell that a setting came from here and not from the file.
 var hostEnv = map[string]string{
-	"POSTGRES_PASSWORD":        "host-postgres-password",
-	"SUPPORTFLOW_PAYLOAD_KEYS": "k1:3q2+7w0yZ0Vc9xL4kQ1rD8uP5sT6vW2aB3cE4fG5hI8=",
+	"SUPPORTFLOW_HOST":         "support.host.example",
 	"SUPPORTFLOW_CODEC_TOKENS": "host-codec-token-0123456789",
 	"ZENDESK_SUBDOMAIN":        "host-subdomain",
 	"ZENDESK_EMAIL":            "host-agent@example.com",
@@ -43,48 +37,64 @@ var hostEnv = map[string]string{
 	"MODEL_API_KEY":            "host-model-key",
 	"BIGQUERY_PROJECT":         "host-analytics",
 	"BIGQUERY_DATASET":         "host_commerce",
-	"SUPPORTFLOW_API_TOKENS":   "host-app:app:host-api-token-0123456789,host-approver:approver:host-approver-token-0123456789",
 	"ZENDESK_WEBHOOK_SECRET":   "host-webhook-secret",
 	"ZENDESK_API_USER_ID":      "900000000001",
 }
 
-// The services docker-compose.yml must define.
+// The services docker-compose.yml defines.
 const (
-	postgresService   = "postgres"
-	temporalService   = "temporal"
-	temporalUIService = "temporal-ui"
-	workerService     = "worker"
-	setupService      = "temporal-setup"
-	apiService        = "api"
-	gatewayService    = "codec-gateway"
+	postgresService       = "postgres"
+	temporalSchemaService = "temporal-schema"
+	temporalService       = "temporal"
+	setupService          = "temporal-setup"
+	schedulesService      = "schedules"
+	temporalUIService     = "temporal-ui"
+	workerService         = "worker"
+	apiService            = "api"
+	gatewayService        = "codec-gateway"
+	proxyService          = "proxy"
 )
 
+// supportflowServices are the services running supportflow's image, with
+// the program each runs.
+var supportflowServices = map[string]process{
+	workerService:    procWorker,
+	apiService:       procAPI,
+	gatewayService:   procGateway,
+	schedulesService: procStarter,
+}
+
+// mtlsOverride is the compose file that turns on mutual TLS to Temporal.
+var mtlsOverride = filepath.Join("deploy", "compose", "temporal-mtls.yml")
+
 // loadCompose loads, interpolates, validates (against the compose schema
-// and for consistency) and normalises docker-compose.yml the way docker
+// and for consistency) and normalises docker-compose.yml, followed by the
+// given override files (relative to the repository), the way docker
 // compose does. Interpolation sees env and nothing else: neither this
 // process's environment nor an .env file, so the result does not depend on
 // the machine running the test.
-func loadCompose(t *testing.T, env map[string]string) (*types.Project, error) {
+func loadCompose(t *testing.T, env map[string]string, overrides ...string) (*types.Project, error) {
 	t.Helper()
 	var pairs []string
 	for k, v := range env {
 		pairs = append(pairs, k+"="+v)
 	}
-	opts, err := cli.NewProjectOptions(
-		[]string{filepath.Join(repoRoot, "docker-compose.yml")},
-		cli.WithEnv(pairs),
-	)
+	files := []string{filepath.Join(repoRoot, "docker-compose.yml")}
+	for _, o := range overrides {
+		files = append(files, filepath.Join(repoRoot, o))
+	}
+	opts, err := cli.NewProjectOptions(files, cli.WithEnv(pairs))
 	if err != nil {
 		t.Fatalf("compose options: %v", err)
 	}
 	return opts.LoadProject(t.Context())
 }
 
-// project loads docker-compose.yml with hostEnv, failing the test if it
-// does not load.
-func project(t *testing.T) *types.Project {
+// project loads docker-compose.yml (and overrides) with hostEnv, failing
+// the test if it does not load.
+func project(t *testing.T, overrides ...string) *types.Project {
 	t.Helper()
-	p, err := loadCompose(t, hostEnv)
+	p, err := loadCompose(t, hostEnv, overrides...)
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load: %v", err)
 	}
@@ -112,32 +122,117 @@ func env(s types.ServiceConfig) map[string]string {
 	return m
 }
 
-func TestComposeServicesExist(t *testing.T) {
+// secretTargets maps the path of each secret mounted in s to the secret's
+// name (compose mounts a secret at /run/secrets/NAME unless told otherwise).
+func secretTargets(s types.ServiceConfig) map[string]string {
+	m := map[string]string{}
+	for _, sc := range s.Secrets {
+		target := sc.Target
+		switch {
+		case target == "":
+			target = "/run/secrets/" + sc.Source
+		case !strings.HasPrefix(target, "/"):
+			target = "/run/secrets/" + target
+		}
+		m[target] = sc.Source
+	}
+	return m
+}
+
+// mountedEnv is a service's environment as its program would see it, with
+// each path of a secret mounted in the service replaced by a fixture file
+// holding a stand-in for that secret. A variable naming a secret the
+// service does not mount keeps its path, which does not exist here, so the
+// program's loader fails on it as it would in the container.
+func mountedEnv(t *testing.T, s types.ServiceConfig) map[string]string {
+	t.Helper()
+	e := env(s)
+	dir := t.TempDir()
+	for target, name := range secretTargets(s) {
+		path := writeFixture(t, dir, name)
+		for k, v := range e {
+			e[k] = strings.ReplaceAll(v, target, path)
+		}
+	}
+	return e
+}
+
+// listenPort is the port of a host:port listen address (":8000" -> 8000).
+func listenPort(t *testing.T, addr string) uint32 {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err, "listen address %q", addr)
+	n, err := strconv.ParseUint(port, 10, 16)
+	require.NoError(t, err, "listen address %q", addr)
+	return uint32(n)
+}
+
+func workerConfig(t *testing.T, p *types.Project) config.Worker {
+	t.Helper()
+	procWorker.setEnv(t, mountedEnv(t, service(t, p, workerService)))
+	cfg, err := config.LoadWorker()
+	require.NoError(t, err, "the worker rejects the compose file's environment")
+	return cfg
+}
+
+func apiConfig(t *testing.T, p *types.Project) config.API {
+	t.Helper()
+	procAPI.setEnv(t, mountedEnv(t, service(t, p, apiService)))
+	cfg, err := config.LoadAPI()
+	require.NoError(t, err, "the API rejects the compose file's environment")
+	return cfg
+}
+
+func gatewayConfig(t *testing.T, p *types.Project) config.Gateway {
+	t.Helper()
+	procGateway.setEnv(t, mountedEnv(t, service(t, p, gatewayService)))
+	cfg, err := config.LoadGateway()
+	require.NoError(t, err, "the codec gateway rejects the compose file's environment")
+	return cfg
+}
+
+func TestCompose_ServicesAndImages(t *testing.T) {
 	p := project(t)
-	for _, name := range []string{postgresService, temporalService, temporalUIService, workerService} {
+	for _, name := range []string{postgresService, temporalSchemaService, temporalService, setupService, schedulesService,
+		temporalUIService, workerService, apiService, gatewayService, proxyService} {
 		service(t, p, name)
 	}
-}
-
-func TestComposeImagesArePinned(t *testing.T) {
-	p := project(t)
+	root, err := filepath.Abs(repoRoot)
+	require.NoError(t, err)
+	// Temporal's images run the server version the production-topology
+	// tests run against, so what compose deploys is what was tested.
+	server := strings.TrimPrefix(devenv.TemporalServerVersion, "v")
 	for name, s := range p.Services {
 		if s.Build != nil {
+			// supportflow's services build the repository's Dockerfile.
+			assert.Contains(t, supportflowServices, name, "%s builds an image but is not a supportflow service", name)
+			ctx, err := filepath.Abs(s.Build.Context)
+			require.NoError(t, err)
+			assert.Equal(t, root, ctx, "%s: build context", name)
+			assert.Contains(t, []string{"", "Dockerfile"}, s.Build.Dockerfile, "%s: Dockerfile", name)
 			continue
 		}
-		_, tag, ok := strings.Cut(s.Image, ":")
+		assert.NotContains(t, supportflowServices, name, "%s must build the repository's image", name)
+		repo, tag, ok := strings.Cut(s.Image, ":")
 		if !ok || tag == "" || tag == "latest" {
-			t.Errorf("service %s: image %q is not pinned to a tag", name, s.Image)
+			t.Errorf("%s: image %q is not pinned to a tag", name, s.Image)
+		}
+		switch repo {
+		case "temporalio/server", "temporalio/admin-tools":
+			assert.Equal(t, server, tag, "%s: %s, the server the tests run (devenv.TemporalServerVersion)", name, repo)
+		case "temporalio/auto-setup":
+			t.Errorf("%s: temporalio/auto-setup is deprecated; use temporalio/server with an admin-tools schema step", name)
 		}
 	}
 }
 
-// TestComposeRequiresHostVariables proves the secrets and per-deployment
-// values are required (${VAR:?...}) rather than defaulted: the file does
-// not load without them, nor with any one of them missing or empty.
-func TestComposeRequiresHostVariables(t *testing.T) {
+// TestCompose_RequiresHostVariables proves the per-deployment values and the
+// secrets without a file variant are required (${VAR:?...}) rather than
+// defaulted: the file does not load without them, nor with any one of them
+// missing or empty.
+func TestCompose_RequiresHostVariables(t *testing.T) {
 	if _, err := loadCompose(t, nil); err == nil {
-		t.Fatal("docker-compose.yml loads with no host variables; secrets must use ${VAR:?message}")
+		t.Fatal("docker-compose.yml loads with no host variables; required ones must use ${VAR:?message}")
 	}
 	for _, name := range slices.Sorted(maps.Keys(hostEnv)) {
 		without := maps.Clone(hostEnv)
@@ -149,365 +244,404 @@ func TestComposeRequiresHostVariables(t *testing.T) {
 			if err == nil {
 				t.Errorf("docker-compose.yml loads with %s %s; it must be required with ${%s:?...}", what, name, name)
 			} else if !strings.Contains(err.Error(), name) {
-				t.Errorf("loading with %s %s: error does not name it: %v", what, name, err)
+				t.Errorf("loading with %s %s: the error does not name it: %v", what, name, err)
 			}
 		}
 	}
 }
 
-// TestComposeSecretsComeFromHost checks that no secret the worker reads has
-// its value written in the file: each must carry a value from the host.
-func TestComposeSecretsComeFromHost(t *testing.T) {
+// TestCompose_Ports: the API and the codec are served on different ports,
+// both behind the TLS proxy, which is (with Temporal's loopback-only
+// frontend) the only service with a host port.
+func TestCompose_Ports(t *testing.T) {
 	p := project(t)
-	w := env(service(t, p, workerService))
-	for _, v := range config.Vars {
-		if !v.Secret {
+	api, gw := apiConfig(t, p), gatewayConfig(t, p)
+	apiPort, codecPort := listenPort(t, api.Addr), listenPort(t, gw.Addr)
+	assert.NotEqual(t, apiPort, codecPort, "the API and the codec gateway listen on the same port")
+
+	// Each listens where the compose network can reach it, and says so.
+	for name, port := range map[string]uint32{apiService: apiPort, gatewayService: codecPort} {
+		assert.Contains(t, service(t, p, name).Expose, strconv.Itoa(int(port)), "%s listens on %d but does not expose it", name, port)
+	}
+
+	// Published ports: the proxy's two sites and Temporal's frontend on
+	// loopback, nothing else, and no host port twice.
+	seen := map[string]string{}
+	for name, s := range p.Services {
+		for _, pc := range s.Ports {
+			if pc.Published == "" {
+				continue
+			}
+			key := pc.HostIP + ":" + pc.Published
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s and %s both publish host port %s", name, other, key)
+			}
+			seen[key] = name
+			switch name {
+			case proxyService:
+			case temporalService:
+				assert.Equal(t, "127.0.0.1", pc.HostIP, "temporal publishes %d beyond loopback", pc.Target)
+			default:
+				t.Errorf("%s publishes host port %s; only the proxy is reached from outside", name, pc.Published)
+			}
+		}
+	}
+
+	// The proxy: one site per published port, the API on one, the codec
+	// on another, with the UI.
+	c := parseCaddyfile(t)
+	proxy := service(t, p, proxyService)
+	published := map[uint32]bool{}
+	for _, pc := range proxy.Ports {
+		published[pc.Target] = true
+	}
+	var apiSites, codecSites []uint32
+	for _, site := range c.sites {
+		assert.True(t, published[site.port], "the proxy serves %s but does not publish port %d", site.address, site.port)
+		for _, route := range site.routes {
+			switch route.upstream {
+			case apiService + ":" + strconv.Itoa(int(apiPort)):
+				apiSites = append(apiSites, site.port)
+				assert.Equal(t, "", route.path, "%s: the API is routed on a path only", site.address)
+			case gatewayService + ":" + strconv.Itoa(int(codecPort)):
+				codecSites = append(codecSites, site.port)
+				assert.Equal(t, "/codec/*", route.path, "%s: the codec gateway must serve /codec/* only", site.address)
+			}
+		}
+	}
+	require.Len(t, apiSites, 1, "one proxy site forwards to the API")
+	require.Len(t, codecSites, 1, "one proxy site forwards to the codec gateway")
+	assert.NotEqual(t, apiSites[0], codecSites[0], "the API and the codec share the proxy port %d", apiSites[0])
+	for _, site := range c.sites {
+		if site.port != apiSites[0] {
 			continue
 		}
-		got, ok := w[v.Name]
-		if !ok {
-			continue // a missing required variable is TestComposeWorkerRequiredVariables' failure
-		}
-		if !slices.ContainsFunc(slices.Collect(maps.Values(hostEnv)), func(h string) bool { return strings.Contains(got, h) }) {
-			t.Errorf("worker: secret %s is not taken from the host environment", v.Name)
+		i := slices.IndexFunc(site.routes, func(r caddyRoute) bool { return r.path == "/codec/*" })
+		if assert.GreaterOrEqual(t, i, 0, "the API's site must refuse /codec/* (the API serves its codec there)") {
+			assert.Equal(t, "404", site.routes[i].respond, "the API's site must answer /codec/* with 404")
 		}
 	}
-	if got := env(service(t, p, postgresService))["POSTGRES_PASSWORD"]; got != hostEnv["POSTGRES_PASSWORD"] {
-		t.Errorf("postgres: POSTGRES_PASSWORD is %q, want the host's POSTGRES_PASSWORD", got)
-	}
+
+	// The Web UI decodes through the codec site, on its own origin, and
+	// the API admits that origin.
+	ui := env(service(t, p, temporalUIService))
+	endpoint, err := url.Parse(ui["TEMPORAL_CODEC_ENDPOINT"])
+	require.NoError(t, err)
+	assert.Equal(t, "https", endpoint.Scheme)
+	assert.Equal(t, hostEnv["SUPPORTFLOW_HOST"], endpoint.Hostname())
+	assert.Equal(t, strconv.Itoa(int(codecSites[0])), endpoint.Port(), "the UI's codec endpoint is the codec site")
+	assert.Equal(t, "/codec", endpoint.Path, "the UI posts to {endpoint}/decode")
+	assert.Contains(t, api.CodecOrigins, "https://"+endpoint.Host, "the API must admit the UI's origin")
+	assert.Equal(t, "http://"+apiService+":"+strconv.Itoa(int(apiPort)), gw.Upstream.String(), "the gateway forwards to the API")
+	assert.Contains(t, api.CodecTokens, gw.Token, "the API accepts the gateway's token")
 }
 
-func TestComposeWorkerBuildsFromRepoDockerfile(t *testing.T) {
-	w := service(t, project(t), workerService)
-	if w.Build == nil {
-		t.Fatalf("worker: no build section (image %q); it must build from the repository", w.Image)
+// TestCompose_Secrets: secrets reach supportflow's programs as mounted files
+// through their *_FILE variables wherever config has one; the others come
+// from the host's environment, and none is written in the file.
+func TestCompose_Secrets(t *testing.T) {
+	for _, overrides := range [][]string{nil, {mtlsOverride}} {
+		p := project(t, overrides...)
+		for name, proc := range supportflowServices {
+			s := service(t, p, name)
+			targets := secretTargets(s)
+			e := env(s)
+			checkSecretVars(t, name, proc, e, func(v, value string) bool {
+				if v == "DATABASE_URL" {
+					// The password is not in the URL; pgx reads it from the
+					// pgpass file the URL's passfile parameter names.
+					u, err := url.Parse(value)
+					if err != nil {
+						return false
+					}
+					_, hasPassword := u.User.Password()
+					_, mounted := targets[u.Query().Get("passfile")]
+					return !hasPassword && mounted
+				}
+				return value == hostEnv[v]
+			})
+			for v, value := range e {
+				if strings.HasSuffix(v, "_FILE") || strings.HasSuffix(v, "_PATH") || v == "GOOGLE_APPLICATION_CREDENTIALS" {
+					_, mounted := targets[value]
+					assert.True(t, mounted, "%s: %s=%s is not a secret mounted in the service", name, v, value)
+				}
+			}
+		}
+		for name, sc := range p.Secrets {
+			assert.Empty(t, sc.Environment, "secret %s comes from an environment variable; use a file in deploy/secrets/", name)
+			rel, err := filepath.Rel(mustAbs(t, filepath.Join(repoRoot, "deploy", "secrets")), sc.File)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				t.Errorf("secret %s is read from %s, outside deploy/secrets/", name, sc.File)
+			}
+		}
 	}
-	root, err := filepath.Abs(repoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := filepath.Abs(w.Build.Context)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ctx != root {
-		t.Errorf("worker: build context is %s, want the repository root %s", ctx, root)
-	}
-	dockerfile := w.Build.Dockerfile
-	if dockerfile == "" {
-		dockerfile = "Dockerfile"
-	}
-	if !filepath.IsAbs(dockerfile) {
-		dockerfile = filepath.Join(ctx, dockerfile)
-	}
-	if want := filepath.Join(root, "Dockerfile"); dockerfile != want {
-		t.Errorf("worker: builds from %s, want %s", dockerfile, want)
-	}
-}
 
-func TestComposeDependsOnHealthy(t *testing.T) {
+	// deploy/secrets/ never reaches git or the image.
+	ignore, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "secrets", ".gitignore"))
+	require.NoError(t, err)
+	assert.Equal(t, "*", firstPattern(string(ignore)), "deploy/secrets/.gitignore must ignore everything first")
+	assert.True(t, dockerignoreExcludes(t, "deploy/secrets/payload-keys"), ".dockerignore must exclude deploy/secrets/")
+
+	// PostgreSQL's superuser and Temporal's role passwords come from
+	// mounted files too, not from variables.
 	p := project(t)
-	for _, d := range []struct{ from, to string }{
-		{workerService, postgresService},
-		{workerService, temporalService},
-		{temporalService, postgresService},
-		{temporalUIService, temporalService},
-	} {
-		dep, ok := service(t, p, d.from).DependsOn[d.to]
-		if !ok {
-			t.Errorf("%s does not depend on %s", d.from, d.to)
-			continue
-		}
-		if dep.Condition != types.ServiceConditionHealthy {
-			t.Errorf("%s depends on %s with condition %q, want %q", d.from, d.to, dep.Condition, types.ServiceConditionHealthy)
-		}
-	}
+	pg := service(t, p, postgresService)
+	_, mounted := secretTargets(pg)[env(pg)["POSTGRES_PASSWORD_FILE"]]
+	assert.True(t, mounted, "postgres: POSTGRES_PASSWORD_FILE must name a mounted secret")
+	assert.NotContains(t, env(pg), "POSTGRES_PASSWORD")
+	temporal := service(t, p, temporalService)
+	assert.NotContains(t, env(temporal), "POSTGRES_PWD", "temporal: the database password must not be a compose variable")
+	entry := strings.Join(temporal.Entrypoint, " ")
+	assert.Contains(t, entry, "POSTGRES_PWD=", "temporal: the entrypoint must set POSTGRES_PWD from the secret")
+	assertReadsMountedSecret(t, temporalService, entry, temporal)
 }
 
-func TestComposeHealthchecks(t *testing.T) {
-	p := project(t)
-	for _, c := range []struct{ service, command string }{
-		{postgresService, "pg_isready"},
-		{temporalService, "temporal"},
-	} {
-		hc := service(t, p, c.service).HealthCheck
-		if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
-			t.Errorf("%s: no healthcheck", c.service)
-			continue
-		}
-		if !strings.Contains(strings.Join(hc.Test[1:], " "), c.command) {
-			t.Errorf("%s: healthcheck %q does not run %s", c.service, hc.Test, c.command)
-		}
-	}
-	// The worker waits for temporal to be healthy; that only means its
-	// namespace exists if the healthcheck looks for that namespace.
-	ns := env(service(t, p, workerService))["TEMPORAL_NAMESPACE"]
-	if ns == "" {
-		ns = varDefault(t, "TEMPORAL_NAMESPACE")
-	}
-	if hc := service(t, p, temporalService).HealthCheck; hc != nil && !slices.Contains(hc.Test, ns) {
-		t.Errorf("temporal: healthcheck %q does not check the worker's namespace %q", hc.Test, ns)
-	}
-}
-
-func TestComposePublishedPorts(t *testing.T) {
-	p := project(t)
-	for _, c := range []struct {
-		service string
-		port    uint32
-	}{
-		{temporalService, 7233},
-		{temporalUIService, 8080},
-	} {
-		ports := service(t, p, c.service).Ports
-		if !slices.ContainsFunc(ports, func(pc types.ServicePortConfig) bool {
-			return pc.Target == c.port && pc.Published == strconv.Itoa(int(c.port))
-		}) {
-			t.Errorf("%s does not publish port %d (ports: %+v)", c.service, c.port, ports)
-		}
-	}
-}
-
-// TestComposeWorkerVariablesAreKnown fails on a variable the worker does not
-// read, such as a misspelt one, which would otherwise be silently ignored.
-func TestComposeWorkerVariablesAreKnown(t *testing.T) {
-	known := map[string]bool{}
-	for _, v := range config.Vars {
-		known[v.Name] = true
-	}
-	for _, e := range policy.Env {
-		known[e.Name] = true
-	}
-	for name := range service(t, project(t), workerService).Environment {
-		if !known[name] {
-			t.Errorf("worker: %s is not a variable the worker reads (see config.Vars and policy.Env)", name)
-		}
-	}
-}
-
-func TestComposeWorkerRequiredVariables(t *testing.T) {
-	w := env(service(t, project(t), workerService))
-	required := []string{"TEMPORAL_ADDRESS"} // has a default, but localhost is wrong in a container
-	for _, v := range config.Vars {
-		if strings.Contains(v.Help, "required") {
-			required = append(required, v.Name)
-		}
-	}
-	for _, name := range required {
-		if w[name] == "" {
-			t.Errorf("worker: required variable %s is not set", name)
-		}
-	}
-	if w["ZENDESK_URL"] == "" && w["ZENDESK_SUBDOMAIN"] == "" {
-		t.Error("worker: neither ZENDESK_URL nor ZENDESK_SUBDOMAIN is set")
-	}
-}
-
-// TestComposeWorkerConfiguration runs the worker's own configuration loader
-// on the environment the compose file gives it, then checks that the
-// addresses in it point at the compose services.
-func TestComposeWorkerConfiguration(t *testing.T) {
-	p := project(t)
-	cfg := workerConfig(t, service(t, p, workerService))
-
-	host, port, err := net.SplitHostPort(cfg.TemporalAddress)
-	if err != nil {
-		t.Fatalf("worker: TEMPORAL_ADDRESS %q: %v", cfg.TemporalAddress, err)
-	}
-	if host != temporalService || port != "7233" {
-		t.Errorf("worker: TEMPORAL_ADDRESS is %s, want %s:7233", cfg.TemporalAddress, temporalService)
-	}
-	if ui := env(service(t, p, temporalUIService))["TEMPORAL_ADDRESS"]; ui != cfg.TemporalAddress {
-		t.Errorf("temporal-ui: TEMPORAL_ADDRESS is %q, want the worker's %q", ui, cfg.TemporalAddress)
-	}
-
-	pg := env(service(t, p, postgresService))
-	u, err := url.Parse(cfg.DatabaseURL)
-	if err != nil {
-		t.Fatalf("worker: DATABASE_URL does not parse: %v", err)
-	}
-	password, _ := u.User.Password()
-	for _, c := range []struct{ what, got, want string }{
-		{"host", u.Hostname(), postgresService},
-		{"port", cmp.Or(u.Port(), "5432"), "5432"},
-		{"database", strings.TrimPrefix(u.Path, "/"), pg["POSTGRES_DB"]},
-		{"user", u.User.Username(), pg["POSTGRES_USER"]},
-		{"password", password, pg["POSTGRES_PASSWORD"]},
-	} {
-		if c.got != c.want {
-			t.Errorf("worker: DATABASE_URL %s is %q, want %q (from the postgres service)", c.what, c.got, c.want)
-		}
-	}
-
-	tp := env(service(t, p, temporalService))
-	if tp["POSTGRES_SEEDS"] != postgresService {
-		t.Errorf("temporal: POSTGRES_SEEDS is %q, want %q", tp["POSTGRES_SEEDS"], postgresService)
-	}
-	if tp["POSTGRES_USER"] != pg["POSTGRES_USER"] || tp["POSTGRES_PWD"] != pg["POSTGRES_PASSWORD"] {
-		t.Error("temporal: POSTGRES_USER/POSTGRES_PWD do not match the postgres service's credentials")
-	}
-	if db := tp["DBNAME"]; db == pg["POSTGRES_DB"] {
-		t.Errorf("temporal: DBNAME %q is supportflow's database; Temporal needs its own", db)
-	}
-}
-
-// TestComposeWorkerStopGracePeriod checks that docker does not kill a
-// stopping worker before its drain timeout has run out.
-func TestComposeWorkerStopGracePeriod(t *testing.T) {
-	w := service(t, project(t), workerService)
-	drain := workerConfig(t, w).DrainTimeout
-	if w.StopGracePeriod == nil {
-		t.Fatalf("worker: no stop_grace_period; docker's 10s default is shorter than the %s drain timeout", drain)
-	}
-	if grace := time.Duration(*w.StopGracePeriod); grace <= drain {
-		t.Errorf("worker: stop_grace_period %s does not exceed SUPPORTFLOW_DRAIN_TIMEOUT %s", grace, drain)
-	}
-	if w.Restart != types.RestartPolicyUnlessStopped {
-		t.Errorf("worker: restart is %q, want %q", w.Restart, types.RestartPolicyUnlessStopped)
-	}
-}
-
-// workerConfig runs config.LoadWorker with exactly the worker service's
-// environment: every variable the worker reads is set to the service's
-// value, or to empty (which the worker treats as unset).
-func workerConfig(t *testing.T, w types.ServiceConfig) config.Worker {
+// assertReadsMountedSecret checks that every /run/secrets/ path in text is
+// a secret mounted in s.
+func assertReadsMountedSecret(t *testing.T, what, text string, s types.ServiceConfig) {
 	t.Helper()
-	e := env(w)
-	for _, v := range config.Vars {
-		t.Setenv(v.Name, e[v.Name])
+	paths := regexp.MustCompile(`/run/secrets/[A-Za-z0-9._-]+`).FindAllString(text, -1)
+	assert.NotEmpty(t, paths, "%s reads no secret", what)
+	for _, path := range paths {
+		_, mounted := secretTargets(s)[path]
+		assert.True(t, mounted, "%s reads %s, which is not mounted in %s", what, path, s.Name)
 	}
-	for _, v := range policy.Env {
-		t.Setenv(v.Name, e[v.Name])
-	}
-	cfg, err := config.LoadWorker()
-	if err != nil {
-		t.Fatalf("the worker rejects the compose file's environment: %v", err)
-	}
-	return cfg
 }
 
-func varDefault(t *testing.T, name string) string {
-	t.Helper()
-	for _, v := range config.Vars {
-		if v.Name == name {
-			return v.Default
+// TestCompose_DatabaseRoles: Temporal and supportflow connect as different
+// PostgreSQL roles, each owning its own databases, created from the same
+// secrets the services use.
+func TestCompose_DatabaseRoles(t *testing.T) {
+	p := project(t)
+	w, a := workerConfig(t, p), apiConfig(t, p)
+	roles := map[string]string{} // database -> the role that uses it
+	for what, dsn := range map[string]string{"worker": w.DatabaseURL, "api": a.DatabaseURL} {
+		u, err := url.Parse(dsn)
+		require.NoError(t, err)
+		assert.Equal(t, postgresService, u.Hostname(), "%s: DATABASE_URL host", what)
+		roles[strings.TrimPrefix(u.Path, "/")] = u.User.Username()
+	}
+	require.Len(t, roles, 1, "the worker and the API use one database")
+
+	temporal := env(service(t, p, temporalService))
+	schema := env(service(t, p, temporalSchemaService))
+	assert.Equal(t, temporal["POSTGRES_USER"], schema["POSTGRES_USER"], "the schema step and the server use one role")
+	for _, db := range []string{temporal["DBNAME"], temporal["VISIBILITY_DBNAME"]} {
+		require.NotEmpty(t, db)
+		_, shared := roles[db]
+		assert.False(t, shared, "Temporal's database %s is supportflow's too", db)
+		roles[db] = temporal["POSTGRES_USER"]
+	}
+	superuser := env(service(t, p, postgresService))["POSTGRES_USER"]
+	sfRole := roles["supportflow"]
+	assert.NotEqual(t, sfRole, temporal["POSTGRES_USER"], "Temporal and supportflow must use different roles")
+	assert.NotEqual(t, superuser, sfRole, "supportflow must not connect as the superuser")
+	assert.NotEqual(t, superuser, temporal["POSTGRES_USER"], "Temporal must not connect as the superuser")
+
+	// The init script, mounted where the image runs it, creates each role
+	// and its databases, owned by it and closed to everyone else.
+	pg := service(t, p, postgresService)
+	var initdb string
+	for _, v := range pg.Volumes {
+		if v.Target == "/docker-entrypoint-initdb.d" {
+			initdb = v.Source
+			assert.True(t, v.ReadOnly)
 		}
 	}
-	t.Fatalf("config.Vars has no %s", name)
+	require.Equal(t, mustAbs(t, filepath.Join(repoRoot, "deploy", "postgres", "initdb")), initdb, "postgres: the init scripts' mount")
+	script, err := os.ReadFile(filepath.Join(initdb, "10-roles.sh"))
+	require.NoError(t, err)
+	sql := string(script)
+	for db, role := range roles {
+		assert.Regexp(t, `(?m)^CREATE ROLE `+regexp.QuoteMeta(role)+` LOGIN PASSWORD`, sql, "the init script does not create the role %s", role)
+		assert.Regexp(t, `(?m)^CREATE DATABASE `+regexp.QuoteMeta(db)+` OWNER `+regexp.QuoteMeta(role)+`;`, sql, "the init script does not create %s owned by %s", db, role)
+		assert.Regexp(t, `(?m)^REVOKE CONNECT ON DATABASE .*\b`+regexp.QuoteMeta(db)+`\b.* FROM PUBLIC;`, sql, "the init script leaves %s open to other roles", db)
+	}
+	assertReadsMountedSecret(t, "10-roles.sh", sql, pg)
+	// The role's password comes from the pgpass file the services read.
+	assert.Contains(t, secretTargets(pg), "/run/secrets/supportflow.pgpass")
+	assert.Contains(t, secretTargets(service(t, p, workerService)), "/run/secrets/supportflow.pgpass")
+}
+
+// TestCompose_SetupSteps: the one-shot steps run in order (schema, server,
+// namespace and search attributes, schedules), each safe to repeat, and
+// supportflow starts only after the search attributes exist.
+func TestCompose_SetupSteps(t *testing.T) {
+	p := project(t)
+	dependsOn := func(from, to, cond string) {
+		t.Helper()
+		d, ok := service(t, p, from).DependsOn[to]
+		if assert.True(t, ok, "%s does not depend on %s", from, to) {
+			assert.Equal(t, cond, d.Condition, "%s depends on %s", from, to)
+		}
+	}
+	dependsOn(temporalSchemaService, postgresService, types.ServiceConditionHealthy)
+	dependsOn(temporalService, temporalSchemaService, types.ServiceConditionCompletedSuccessfully)
+	dependsOn(setupService, temporalService, types.ServiceConditionHealthy)
+	dependsOn(schedulesService, setupService, types.ServiceConditionCompletedSuccessfully)
+	for _, s := range []string{workerService, apiService} {
+		dependsOn(s, postgresService, types.ServiceConditionHealthy)
+		dependsOn(s, setupService, types.ServiceConditionCompletedSuccessfully)
+	}
+	for _, s := range []string{temporalSchemaService, setupService, schedulesService} {
+		assert.Equal(t, "no", service(t, p, s).Restart, "%s is a one-shot step", s)
+	}
+
+	// The schema step migrates both of Temporal's databases.
+	schema := service(t, p, temporalSchemaService)
+	script := readMountedScript(t, schema)
+	temporal := env(service(t, p, temporalService))
+	for _, db := range []string{temporal["DBNAME"], temporal["VISIBILITY_DBNAME"]} {
+		assert.Contains(t, script, db, "the schema step does not set up %s", db)
+	}
+	for _, step := range []string{"setup-schema -v 0.0", "update-schema -d"} {
+		assert.Contains(t, script, step)
+	}
+	assert.Contains(t, env(schema)["TEMPORAL_DB_PASSWORD_FILE"], "/run/secrets/")
+	_, mounted := secretTargets(schema)[env(schema)["TEMPORAL_DB_PASSWORD_FILE"]]
+	assert.True(t, mounted, "the schema step's password file is not mounted")
+
+	// The namespace step registers every search attribute the workflows
+	// set, with its type, in the workers' namespace.
+	setup := service(t, p, setupService)
+	script = readMountedScript(t, setup)
+	for name, typ := range supportflow.SearchAttributes {
+		assert.Regexp(t, `ensure_search_attribute `+name+` `+typ+`\b`, script, "the setup step does not register %s (%s)", name, typ)
+	}
+	w := workerConfig(t, p)
+	assert.Equal(t, w.TemporalNamespace, env(setup)["TEMPORAL_NAMESPACE"], "the setup step's namespace")
+	assert.Equal(t, w.TemporalAddress, env(setup)["TEMPORAL_ADDRESS"], "the setup step's frontend")
+}
+
+// readMountedScript reads the script a one-shot service runs: the file its
+// entrypoint names, from the host directory mounted at its path.
+func readMountedScript(t *testing.T, s types.ServiceConfig) string {
+	t.Helper()
+	require.NotEmpty(t, s.Entrypoint, "%s has no entrypoint", s.Name)
+	script := s.Entrypoint[len(s.Entrypoint)-1]
+	for _, v := range s.Volumes {
+		if rel, ok := strings.CutPrefix(script, v.Target+"/"); ok {
+			b, err := os.ReadFile(filepath.Join(v.Source, rel))
+			require.NoError(t, err)
+			return string(b)
+		}
+	}
+	t.Fatalf("%s runs %s, which no volume mounts", s.Name, script)
 	return ""
 }
 
-// TestComposeRegistersSearchAttributes checks the one-shot setup service
-// registers every search attribute the workflows set, with its type, and
-// creates the scan schedule, and that the worker starts only after it
-// succeeded.
-func TestComposeRegistersSearchAttributes(t *testing.T) {
+// TestCompose_Schedules: one setup step creates every schedule, with the
+// operator command from the image, sealed with the workers' keys.
+func TestCompose_Schedules(t *testing.T) {
 	p := project(t)
-	setup := service(t, p, setupService)
-	script := strings.Join(setup.Command, " ")
-	for name, typ := range supportflow.SearchAttributes {
-		if !strings.Contains(script, name) {
-			t.Errorf("%s does not register search attribute %s", setupService, name)
-		}
-		if !strings.Contains(script, "--type "+typ) {
-			t.Errorf("%s does not register type %s (for %s)", setupService, typ, name)
-		}
+	s := service(t, p, schedulesService)
+	cmd := append(slices.Clone([]string(s.Entrypoint)), s.Command...)
+	assert.Equal(t, []string{imageStarterPath, "ensure-schedules"}, cmd, "the schedules step runs `starter ensure-schedules`")
+
+	procStarter.setEnv(t, mountedEnv(t, s))
+	_, err := config.PayloadKeys()
+	require.NoError(t, err, "the schedules step has no payload keys: the schedules' arguments would not be sealed")
+	w := env(service(t, p, workerService))
+	for _, v := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "SUPPORTFLOW_TASK_QUEUE"} {
+		assert.Equal(t, w[v], env(s)[v], "the schedules step's %s differs from the worker's", v)
 	}
-	for _, want := range []string{
-		"--schedule-id " + supportflow.ScanScheduleID, "--type " + supportflow.ScanTicketsWorkflow,
-		"--schedule-id " + supportflow.ReconcileScheduleID, "--type " + supportflow.ReconcileTicketsWorkflow,
-		"--interval 5m", "--overlap-policy Skip", "--task-queue " + supportflow.TaskQueue,
-	} {
-		if !strings.Contains(script, want) {
-			t.Errorf("%s does not create the scan schedule with %s", setupService, want)
-		}
+	for name := range env(s) {
+		assert.True(t, procStarter.reads(name), "schedules: %s is not a variable the starter reads", name)
 	}
-	if d, ok := setup.DependsOn[temporalService]; !ok || d.Condition != "service_healthy" {
-		t.Errorf("%s must wait for a healthy %s, got %+v", setupService, temporalService, setup.DependsOn)
-	}
-	w := service(t, p, workerService)
-	if d, ok := w.DependsOn[setupService]; !ok || d.Condition != "service_completed_successfully" {
-		t.Errorf("worker must start after %s completed successfully, got %+v", setupService, w.DependsOn)
+
+	// No other step creates schedules (with unsealed arguments).
+	for _, other := range []string{setupService, temporalSchemaService} {
+		assert.NotContains(t, readMountedScript(t, service(t, p, other)), "schedule create", "%s creates a schedule", other)
 	}
 }
 
-// TestComposeAPIService checks the HTTP API service: the same image as the
-// worker running `api`, started once its dependencies are healthy and the
-// search attributes exist, published, health-checked on /readyz, with only
-// variables the API reads, secrets from the host, and the worker's ledger
-// account.
-func TestComposeAPIService(t *testing.T) {
+// TestCompose_Scaling: `docker compose up -d --scale worker=3` works: the
+// worker has no host port, fixed container name or hostname, and Prometheus
+// reaches every replica's metrics on the compose network.
+func TestCompose_Scaling(t *testing.T) {
 	p := project(t)
-	a := service(t, p, apiService)
-	if a.Build == nil {
-		t.Fatalf("api: no build section; it must build from the repository like the worker")
+	w := service(t, p, workerService)
+	for _, pc := range w.Ports {
+		assert.Empty(t, pc.Published, "worker publishes host port %s: a second replica could not bind it", pc.Published)
 	}
-	if !slices.Equal([]string(a.Command), []string{"api"}) {
-		t.Errorf("api: command %q, want [api]", a.Command)
+	assert.Empty(t, w.ContainerName, "worker: a container_name allows one replica")
+	assert.Empty(t, w.Hostname, "worker: a fixed hostname")
+	cfg := workerConfig(t, p)
+	assert.Contains(t, w.Expose, strconv.Itoa(int(listenPort(t, cfg.MetricsAddr))), "worker: the metrics port is not exposed to the network")
+	if hc := w.HealthCheck; assert.NotNil(t, hc) {
+		assert.Contains(t, strings.Join(hc.Test, " "), "http://127.0.0.1:"+strconv.Itoa(int(listenPort(t, cfg.MetricsAddr)))+"/metrics",
+			"worker: the healthcheck probes its own /metrics")
 	}
-	for dep, cond := range map[string]string{
-		postgresService: types.ServiceConditionHealthy, temporalService: types.ServiceConditionHealthy,
-		setupService: types.ServiceConditionCompletedSuccessfully,
-	} {
-		if d, ok := a.DependsOn[dep]; !ok || d.Condition != cond {
-			t.Errorf("api: depends on %s with %+v, want %s", dep, d, cond)
+	// Every replica drains before docker kills it.
+	require.NotNil(t, w.StopGracePeriod, "worker: docker's default 10s is shorter than the drain")
+	assert.Greater(t, time.Duration(*w.StopGracePeriod), cfg.DrainTimeout, "worker: stop_grace_period must exceed SUPPORTFLOW_DRAIN_TIMEOUT")
+	assert.Equal(t, types.RestartPolicyUnlessStopped, w.Restart)
+}
+
+// TestCompose_GoogleCredentials: the BigQuery credentials are a mounted
+// secret file the worker's GOOGLE_APPLICATION_CREDENTIALS names, given to
+// no other service.
+func TestCompose_GoogleCredentials(t *testing.T) {
+	p := project(t)
+	w := service(t, p, workerService)
+	path := env(w)["GOOGLE_APPLICATION_CREDENTIALS"]
+	name, mounted := secretTargets(w)[path]
+	require.True(t, mounted, "worker: GOOGLE_APPLICATION_CREDENTIALS=%q is not a mounted secret", path)
+	assert.Equal(t, mustAbs(t, filepath.Join(repoRoot, "deploy", "secrets", name)), p.Secrets[name].File)
+	for other, s := range p.Services {
+		if other == workerService {
+			continue
+		}
+		assert.NotContains(t, env(s), "GOOGLE_APPLICATION_CREDENTIALS", other)
+		for _, sc := range s.Secrets {
+			assert.NotEqual(t, name, sc.Source, "%s mounts the Google credentials", other)
 		}
 	}
-	if hc := a.HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "probe") || !strings.Contains(strings.Join(hc.Test, " "), "/readyz") {
-		t.Errorf("api: healthcheck %+v must probe /readyz", a.HealthCheck)
-	}
-	known := map[string]bool{}
-	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
-		known[v.Name] = true
-	}
-	e := env(a)
-	for name := range e {
-		if !known[name] {
-			t.Errorf("api: %s is not a variable the API reads", name)
+}
+
+// TestCompose_Configuration runs each supportflow program's own loader on
+// the environment its service gets, then checks the variables are ones it
+// reads, the addresses point at compose services, and the worker and the
+// API agree.
+func TestCompose_Configuration(t *testing.T) {
+	p := project(t)
+	for name, proc := range supportflowServices {
+		for v := range env(service(t, p, name)) {
+			assert.True(t, proc.reads(v), "%s: %s is not a variable %s reads", name, v, proc)
 		}
 	}
-	for _, secret := range []string{"SUPPORTFLOW_API_TOKENS", "ZENDESK_WEBHOOK_SECRET"} {
-		if e[secret] != hostEnv[secret] {
-			t.Errorf("api: %s is not taken from the host", secret)
-		}
-	}
-	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
-		t.Setenv(v.Name, e[v.Name])
-	}
-	cfg, err := config.LoadAPI()
-	if err != nil {
-		t.Fatalf("the API rejects the compose file's environment: %v", err)
-	}
-	if w := workerConfig(t, service(t, p, workerService)); w.Account != cfg.Account {
-		t.Errorf("api account %q differs from the worker's %q: approvals would look in another ledger", cfg.Account, w.Account)
-	}
-	_, port, _ := strings.Cut(cfg.Addr, ":")
-	if !slices.ContainsFunc(a.Ports, func(pc types.ServicePortConfig) bool { return strconv.Itoa(int(pc.Target)) == port }) {
-		t.Errorf("api: listens on %s but does not publish it (ports %+v)", cfg.Addr, a.Ports)
-	}
-	if hc := service(t, p, workerService).HealthCheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "/metrics") {
-		t.Errorf("worker: healthcheck %+v must probe its /metrics endpoint", hc)
+	w := workerConfig(t, p)
+	a := apiConfig(t, p)
+	host, port, err := net.SplitHostPort(w.TemporalAddress)
+	require.NoError(t, err)
+	assert.Equal(t, temporalService, host)
+	assert.Equal(t, "7233", port)
+	assert.Equal(t, w.TemporalAddress, a.TemporalAddress)
+	assert.Equal(t, w.TemporalNamespace, a.TemporalNamespace)
+	assert.Equal(t, w.TemporalAddress, env(service(t, p, temporalUIService))["TEMPORAL_ADDRESS"], "the Web UI's frontend")
+	assert.Equal(t, w.Account, a.Account, "the API would look for approvals in another ledger")
+	assert.Equal(t, w.PayloadKeys.IDs(), a.PayloadKeys.IDs(), "the worker and the API seal with different keys")
+
+	api := service(t, p, apiService)
+	if hc := api.HealthCheck; assert.NotNil(t, hc) {
+		assert.Contains(t, strings.Join(hc.Test, " "), "http://127.0.0.1:"+strconv.Itoa(int(listenPort(t, a.Addr)))+"/readyz")
 	}
 }
 
 // The Temporal service runs with supportflow's dynamic config, mounted
 // read-only from deploy/, and that file holds exactly the values the
 // production-topology tests run with (comments aside).
-func TestComposeMountsTheDynamicConfig(t *testing.T) {
+func TestCompose_MountsTheDynamicConfig(t *testing.T) {
 	p := project(t)
-	svc, err := p.GetService("temporal")
-	require.NoError(t, err)
-	path := svc.Environment["DYNAMIC_CONFIG_FILE_PATH"]
-	require.NotNil(t, path)
-	assert.Equal(t, "config/dynamicconfig/supportflow.yaml", *path)
+	svc := service(t, p, temporalService)
+	path := env(svc)["DYNAMIC_CONFIG_FILE_PATH"]
+	require.NotEmpty(t, path)
 	var mounted bool
 	for _, v := range svc.Volumes {
-		if v.Target == "/etc/temporal/"+*path {
+		if v.Target == "/etc/temporal/"+path {
 			mounted = true
 			assert.True(t, v.ReadOnly)
-			want, err := filepath.Abs(filepath.Join(repoRoot, "deploy", "temporal-dynamicconfig.yaml"))
-			require.NoError(t, err)
-			assert.Equal(t, want, v.Source)
+			assert.Equal(t, mustAbs(t, filepath.Join(repoRoot, "deploy", "temporal-dynamicconfig.yaml")), v.Source)
 		}
 	}
 	assert.True(t, mounted, "the dynamic config file is mounted where DYNAMIC_CONFIG_FILE_PATH points")
@@ -515,50 +649,67 @@ func TestComposeMountsTheDynamicConfig(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "temporal-dynamicconfig.yaml"))
 	require.NoError(t, err)
 	var values []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if line != "" && !strings.HasPrefix(line, "#") {
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSuffix(line, "\n"); line != "" && !strings.HasPrefix(line, "#") {
 			values = append(values, line)
 		}
 	}
 	assert.Equal(t, devenv.DeployedDynamicConfig, strings.Join(values, "\n")+"\n")
 }
 
-// The Web UI decodes payloads through the codec gateway: its codec
-// endpoint is the gateway's published (loopback-only) port, the gateway
-// forwards to the API with a token the API accepts, and the API allows the
-// UI's origin.
-func TestComposeWebUIDecodesThroughTheCodecGateway(t *testing.T) {
-	p := project(t)
-	ui := env(service(t, p, temporalUIService))
-	endpoint, err := url.Parse(ui["TEMPORAL_CODEC_ENDPOINT"])
-	require.NoError(t, err, "temporal-ui: TEMPORAL_CODEC_ENDPOINT")
-	assert.Equal(t, "/codec", endpoint.Path, "the UI posts to {endpoint}/decode")
+// TestCompose_TemporalMTLS loads the mutual-TLS override: the frontend
+// requires client certificates from the CA, and every Temporal client
+// presents one, by names its program reads, from mounted secrets.
+func TestCompose_TemporalMTLS(t *testing.T) {
+	p := project(t, mtlsOverride)
+	server := service(t, p, temporalService)
+	se := env(server)
+	assert.Equal(t, "true", se["TEMPORAL_TLS_REQUIRE_CLIENT_AUTH"])
+	for _, v := range []string{"TEMPORAL_TLS_FRONTEND_CERT", "TEMPORAL_TLS_FRONTEND_KEY", "TEMPORAL_TLS_CLIENT1_CA_CERT",
+		"TEMPORAL_TLS_SERVER_CERT", "TEMPORAL_TLS_SERVER_KEY", "TEMPORAL_TLS_SERVER_CA_CERT"} {
+		_, mounted := secretTargets(server)[se[v]]
+		assert.True(t, mounted, "temporal: %s=%q is not a mounted secret", v, se[v])
+	}
+	for name, proc := range map[string]process{workerService: procWorker, apiService: procAPI, schedulesService: procStarter, setupService: procStarter} {
+		s := service(t, p, name)
+		e := env(s)
+		assert.Equal(t, se["TEMPORAL_TLS_FRONTEND_SERVER_NAME"], e["TEMPORAL_TLS_SERVER_NAME"], "%s: the name the frontend's certificate is checked for", name)
+		for _, v := range []string{"TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_SERVER_CA_CERT_PATH"} {
+			assert.True(t, proc.reads(v), "%s: %s is not read", name, v)
+			_, mounted := secretTargets(s)[e[v]]
+			assert.True(t, mounted, "%s: %s=%q is not a mounted secret", name, v, e[v])
+		}
+		if proc != procStarter {
+			continue
+		}
+		// The starter (and so the schedules step) accepts the settings.
+		proc.setEnv(t, mountedEnv(t, s))
+		_, err := config.TemporalSettings()
+		assert.NoError(t, err, "%s: the Temporal connection settings are rejected", name)
+	}
+	workerConfig(t, p)
+	apiConfig(t, p)
+	ui := service(t, p, temporalUIService)
+	for _, v := range []string{"TEMPORAL_TLS_CA", "TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY"} {
+		_, mounted := secretTargets(ui)[env(ui)[v]]
+		assert.True(t, mounted, "temporal-ui: %s is not a mounted secret", v)
+	}
+}
 
-	g := service(t, p, gatewayService)
-	assert.Equal(t, []string{"codec-gateway"}, []string(g.Command))
-	assert.NotNil(t, g.Build, "the gateway is the worker image")
-	for _, v := range config.GatewayVars {
-		t.Setenv(v.Name, env(g)[v.Name])
-	}
-	for name := range g.Environment {
-		assert.True(t, slices.ContainsFunc(config.GatewayVars, func(v config.Var) bool { return v.Name == name }), "gateway: %s is not read", name)
-	}
-	gc, err := config.LoadGateway()
-	require.NoError(t, err, "the gateway accepts the compose file's environment")
-	assert.True(t, slices.ContainsFunc(g.Ports, func(pc types.ServicePortConfig) bool {
-		return pc.HostIP == "127.0.0.1" && pc.Published == endpoint.Port() && strings.HasSuffix(gc.Addr, ":"+strconv.Itoa(int(pc.Target)))
-	}), "the gateway publishes the UI's codec port on loopback only: %+v", g.Ports)
-
-	a := env(service(t, p, apiService))
-	for _, v := range append(slices.Clone(config.Vars), config.APIVars...) {
-		t.Setenv(v.Name, a[v.Name])
-	}
-	ac, err := config.LoadAPI()
+func mustAbs(t *testing.T, path string) string {
+	t.Helper()
+	abs, err := filepath.Abs(path)
 	require.NoError(t, err)
-	assert.Equal(t, "http://"+apiService+":"+strings.TrimPrefix(ac.Addr, ":"), gc.Upstream.String(), "the gateway forwards to the API")
-	assert.Contains(t, ac.CodecTokens, gc.Token, "the API accepts the gateway's token")
-	uiPort := strconv.Itoa(int(service(t, p, temporalUIService).Ports[0].Target))
-	assert.Contains(t, ac.CodecOrigins, "http://localhost:"+uiPort, "the API allows the UI's origin")
-	assert.Equal(t, hostEnv["SUPPORTFLOW_PAYLOAD_KEYS"], a["SUPPORTFLOW_PAYLOAD_KEYS"])
-	assert.Equal(t, hostEnv["SUPPORTFLOW_PAYLOAD_KEYS"], env(service(t, p, workerService))["SUPPORTFLOW_PAYLOAD_KEYS"], "worker and API seal with the same keys")
+	return abs
+}
+
+// firstPattern is the first line of an ignore file that is not blank or a
+// comment.
+func firstPattern(s string) string {
+	for line := range strings.Lines(s) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line
+		}
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"cmp"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,7 +78,11 @@ func goMinor(t *testing.T) string {
 	return ""
 }
 
-func TestDockerfileBuildsWorker(t *testing.T) {
+// imageStarterPath is where the image carries the operators' command;
+// docker-compose.yml's schedules step runs it.
+const imageStarterPath = "/usr/local/bin/starter"
+
+func TestDockerfileBuildsWorkerAndStarter(t *testing.T) {
 	st := stages(parseDockerfile(t, filepath.Join(repoRoot, "Dockerfile")))
 	if len(st) < 2 {
 		t.Fatalf("Dockerfile has %d stage(s), want a build stage and a final stage", len(st))
@@ -106,7 +111,7 @@ func TestDockerfileBuildsWorker(t *testing.T) {
 	if goBuild == nil {
 		t.Fatal("build stage has no RUN ... go build")
 	}
-	for _, want := range []string{"./worker", "-trimpath"} {
+	for _, want := range []string{"./worker", "./starter/cmd/starter", "-trimpath"} {
 		if !slices.Contains(goBuild, want) {
 			t.Errorf("go build does not pass %s: %q", want, goBuild)
 		}
@@ -125,18 +130,42 @@ func TestDockerfileBuildsWorker(t *testing.T) {
 		user = "nonroot"
 	}
 	var entrypoint []string
+	copied := map[string]bool{} // paths in the final image of files copied from the build stage
 	for _, in := range final {
 		switch in.keyword {
 		case "USER":
 			user = strings.Join(in.args, " ")
 		case "ENTRYPOINT":
 			entrypoint = in.args
+		case "COPY":
+			var srcs []string
+			for _, a := range in.args {
+				if !strings.HasPrefix(a, "--") {
+					srcs = append(srcs, a)
+				}
+			}
+			if len(srcs) < 2 {
+				continue
+			}
+			dst := srcs[len(srcs)-1]
+			for _, src := range srcs[:len(srcs)-1] {
+				if strings.HasSuffix(dst, "/") {
+					copied[dst+filepath.Base(src)] = true
+				} else {
+					copied[dst] = true
+				}
+			}
+		}
+	}
+	for _, bin := range []string{"/usr/local/bin/worker", imageStarterPath} {
+		if !copied[bin] {
+			t.Errorf("the final stage does not put %s in the image (copied: %v)", bin, slices.Sorted(maps.Keys(copied)))
 		}
 	}
 	if user == "" || user == "root" || user == "0" || strings.HasPrefix(user, "0:") || strings.HasPrefix(user, "root:") {
 		t.Errorf("final stage runs as %q, want a non-root user", cmp.Or(user, "root"))
 	}
-	if !strings.Contains(strings.Join(entrypoint, " "), "worker") {
+	if !strings.Contains(strings.Join(entrypoint, " "), "/usr/local/bin/worker") {
 		t.Errorf("final stage ENTRYPOINT %q is not the worker", entrypoint)
 	}
 	if len(entrypoint) == 0 || !strings.HasPrefix(entrypoint[0], "[") {
@@ -156,7 +185,10 @@ func fromImage(stage []instruction) string {
 	return ""
 }
 
-func TestDockerignore(t *testing.T) {
+// dockerignorePatterns are .dockerignore's patterns, comments and blank
+// lines dropped.
+func dockerignorePatterns(t *testing.T) []string {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)
@@ -169,28 +201,47 @@ func TestDockerignore(t *testing.T) {
 		}
 		patterns = append(patterns, line)
 	}
-	clean := func(p string) string { return strings.Trim(filepath.Clean(p), "/") }
+	return patterns
+}
 
-	for _, want := range []string{".git", ".env"} {
-		if !slices.ContainsFunc(patterns, func(p string) bool { return clean(p) == want }) {
-			t.Errorf(".dockerignore does not exclude %s", want)
+// dockerignoreExcludes reports whether .dockerignore keeps path (relative
+// to the repository) out of the build context. It follows .dockerignore's
+// matching only roughly (a pattern excludes a path that it, or any parent
+// directory, matches; a later ! pattern re-includes), which is enough for
+// the paths these tests ask about.
+func dockerignoreExcludes(t *testing.T, path string) bool {
+	t.Helper()
+	clean := func(p string) string { return strings.Trim(filepath.Clean(p), "/") }
+	excluded := false
+	for _, p := range dockerignorePatterns(t) {
+		negate := strings.HasPrefix(p, "!")
+		p = clean(strings.TrimPrefix(p, "!"))
+		for dir := path; dir != "." && dir != "/"; dir = filepath.Dir(dir) {
+			if ok, _ := filepath.Match(p, dir); ok {
+				excluded = !negate
+				break
+			}
+		}
+	}
+	return excluded
+}
+
+func TestDockerignore(t *testing.T) {
+	// Secrets and local state never enter the build context (or a cached
+	// layer): the git history, compose's .env, the local run's state in
+	// .local/ (its payload keys and Temporal history), and deploy/secrets/.
+	for _, path := range []string{".git/config", ".env", ".env.production", ".local/payload-keys", ".local/temporal.db", "deploy/secrets/payload-keys"} {
+		if !dockerignoreExcludes(t, path) {
+			t.Errorf(".dockerignore does not exclude %s", path)
 		}
 	}
 
-	// What `go build ./worker` needs must stay in the context. This follows
-	// .dockerignore's matching only roughly (a pattern excludes a path that
-	// it, or any parent directory, matches), which is enough to catch an
-	// over-broad pattern.
-	for _, path := range []string{"go.mod", "go.sum", "worker/main.go", "migrations/migrations.go", "internal/config/config.go"} {
-		for _, p := range patterns {
-			if strings.HasPrefix(p, "!") {
-				continue
-			}
-			for dir := path; dir != "."; dir = filepath.Dir(dir) {
-				if ok, _ := filepath.Match(clean(p), dir); ok {
-					t.Errorf(".dockerignore pattern %q excludes %s, which the build needs", p, path)
-				}
-			}
+	// What `go build ./worker ./starter/cmd/starter` needs must stay in the
+	// context.
+	for _, path := range []string{"go.mod", "go.sum", "worker/main.go", "starter/cmd/starter/main.go", "starter/starter.go",
+		"migrations/migrations.go", "internal/config/config.go", "supportflow.go"} {
+		if dockerignoreExcludes(t, path) {
+			t.Errorf(".dockerignore excludes %s, which the build needs", path)
 		}
 	}
 }
