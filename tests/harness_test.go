@@ -8,6 +8,7 @@ package tests
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -169,6 +170,9 @@ type stack struct {
 
 	// extraEnv is added to the worker's environment (later entries win).
 	extraEnv []string
+	// bin is the worker binary the next worker runs (empty: this
+	// module's, workerBin).
+	bin string
 	// temporalEnv is how the worker reaches Temporal (TEMPORAL_ADDRESS and,
 	// on a secured server, TEMPORAL_TLS_* and TEMPORAL_API_KEY).
 	temporalEnv []string
@@ -308,7 +312,7 @@ func (s *stack) startExtraWorker() *exec.Cmd {
 // spawnWorker starts a worker process; s.mu must be held.
 func (s *stack) spawnWorker() (*exec.Cmd, chan struct{}) {
 	s.workers++
-	cmd := exec.Command(workerBin)
+	cmd := exec.Command(cmp.Or(s.bin, workerBin))
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+s.dbURL,
 		"SUPPORTFLOW_TASK_QUEUE="+s.taskQueue,
