@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/ledger"
 )
 
 // A scan has filled the Zendesk queue with its drafts' ticket reads, and a

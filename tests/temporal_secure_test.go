@@ -281,4 +281,3 @@ func signJWT(t *testing.T, key *rsa.PrivateKey, kid string, permissions []string
 	require.NoError(t, err)
 	return signing + "." + base64.RawURLEncoding.EncodeToString(sig)
 }
-

@@ -90,7 +90,7 @@ var Vars = slices.Concat([]Var{
 
 // Worker is the worker's configuration.
 type Worker struct {
-	DatabaseURL        string
+	DatabaseURL string
 	// Temporal is how the worker connects to Temporal (address,
 	// namespace, TLS, API key); TemporalAddress and TemporalNamespace
 	// repeat its first two.
@@ -125,7 +125,7 @@ type Worker struct {
 	DrainTimeout time.Duration
 	// Deployment is the worker's Worker Deployment Version (zero: the
 	// worker is unversioned).
-	Deployment Deployment
+	Deployment   Deployment
 	LogLevel     string
 	MetricsAddr  string
 	OTLPEndpoint string
@@ -512,14 +512,14 @@ func LoadAPI() (API, error) {
 		return def
 	}
 	c := API{
-		DatabaseURL:       get("DATABASE_URL", ""),
-		TaskQueue:         get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
-		Account:           accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
-		Addr:              get("SUPPORTFLOW_API_ADDR", ":8080"),
-		WebhookSecret:     os.Getenv("ZENDESK_WEBHOOK_SECRET"),
-		LogLevel:          get("SUPPORTFLOW_LOG_LEVEL", "info"),
-		MetricsAddr:       os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
-		OTLPEndpoint:      get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		DatabaseURL:   get("DATABASE_URL", ""),
+		TaskQueue:     get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
+		Account:       accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
+		Addr:          get("SUPPORTFLOW_API_ADDR", ":8080"),
+		WebhookSecret: os.Getenv("ZENDESK_WEBHOOK_SECRET"),
+		LogLevel:      get("SUPPORTFLOW_LOG_LEVEL", "info"),
+		MetricsAddr:   os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
+		OTLPEndpoint:  get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 	}
 	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
 		c.MetricsAddr = ":9090"
