@@ -29,23 +29,27 @@ type Size struct {
 	RiverSequential                int
 	RiverInserters, RiverTotal     int
 	ScanTickets                    int
+	// PriorityApprovals is how many approvals the priority phase times
+	// with the queues idle and again while a scan of ScanTickets
+	// saturates the Zendesk queue.
+	PriorityApprovals int
 }
 
 var sizes = map[string]Size{
 	"full": {Name: "full", ApproveSequential: 100, ApproveConcurrent: 32, ApproveEach: 8,
 		EnrichEvents: 10000, EnrichTickets: 1000, LedgerActions: 2000, Contenders: 64, OpenWorkflows: 1000,
 		FloorSequential: 100, FloorConcurrent: 32, FloorEach: 8, RiverSequential: 200, RiverInserters: 32, RiverTotal: 3200,
-		ScanTickets: 2000},
+		ScanTickets: 2000, PriorityApprovals: 30},
 	"tiny": {Name: "tiny", ApproveSequential: 5, ApproveConcurrent: 4, ApproveEach: 2,
 		EnrichEvents: 200, EnrichTickets: 20, LedgerActions: 100, Contenders: 8, OpenWorkflows: 50,
 		FloorSequential: 5, FloorConcurrent: 4, FloorEach: 2, RiverSequential: 10, RiverInserters: 4, RiverTotal: 40,
-		ScanTickets: 60},
+		ScanTickets: 60, PriorityApprovals: 3},
 }
 
 func main() {
 	size := flag.String("size", "full", "full or tiny")
 	jsonPath := flag.String("json", "bench-results.json", "where to write the figures as JSON (- for stdout)")
-	only := flag.String("only", "", "comma-separated phases to run (approve,lifecycle,floor,enrichment,memory,scan,ledger,river); empty runs all")
+	only := flag.String("only", "", "comma-separated phases to run (approve,lifecycle,floor,enrichment,memory,scan,priority,ledger,river); empty runs all")
 	flag.Func("dynamic-config", "a dev-server dynamic config value KEY=VALUE (repeatable), for tuning", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok {
@@ -118,9 +122,12 @@ type Results struct {
 
 	Enrichment Enrichment `json:"enrichment"`
 	Scan       ScanLoad   `json:"scan_under_limits"`
-	Ledger     LedgerCost `json:"ledger"`
-	Memory     Memory     `json:"worker_memory"`
-	Lifecycle  Lifecycle  `json:"ticket_lifecycle"`
+	// Priority is approve -> reply posted while a scan saturates the
+	// Zendesk queue.
+	Priority  PriorityLoad `json:"approve_under_scan"`
+	Ledger    LedgerCost   `json:"ledger"`
+	Memory    Memory       `json:"worker_memory"`
+	Lifecycle Lifecycle    `json:"ticket_lifecycle"`
 
 	TemporalFloorSequential Latency    `json:"temporal_noop_floor_sequential"`
 	TemporalFloorConcurrent Latency    `json:"temporal_noop_floor_concurrent"`
@@ -134,6 +141,7 @@ type Latency struct {
 	P50         Duration `json:"p50"`
 	P95         Duration `json:"p95"`
 	P99         Duration `json:"p99"`
+	Max         Duration `json:"max"`
 	PerSecond   float64  `json:"per_second"`
 }
 

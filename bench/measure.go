@@ -83,6 +83,12 @@ func run(ctx context.Context, sz Size, log io.Writer, topology string) (Results,
 			return res, err
 		}
 	}
+	if want("priority") {
+		step(fmt.Sprintf("approve -> posted while a scan of %d tickets saturates the Zendesk queue", sz.ScanTickets))
+		if res.Priority, err = measurePriority(ctx, s, sz.ScanTickets, sz.PriorityApprovals); err != nil {
+			return res, err
+		}
+	}
 	if topology != "dev" {
 		// The ledger and River do not touch Temporal: measured once, on
 		// the dev run.
@@ -112,7 +118,7 @@ func summarize(ds []time.Duration, concurrency int, wall time.Duration) Latency 
 		return l
 	}
 	pick := func(p float64) Duration { return Duration(ds[min(len(ds)-1, int(p*float64(len(ds))))]) }
-	l.P50, l.P95, l.P99 = pick(0.50), pick(0.95), pick(0.99)
+	l.P50, l.P95, l.P99, l.Max = pick(0.50), pick(0.95), pick(0.99), Duration(ds[len(ds)-1])
 	if wall > 0 {
 		l.PerSecond = float64(len(ds)) / wall.Seconds()
 	}

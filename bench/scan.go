@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -45,36 +46,23 @@ const (
 func measureScan(ctx context.Context, s *stack, tickets int) (ScanLoad, error) {
 	res := ScanLoad{Tickets: tickets, ZendeskPerMinute: scanZendeskPerMinute, ModelConcurrency: scanModelConcurrency}
 	base := time.Now().UnixNano()%1e9*1000 + 500_000_000_000
-	ids := make([]int64, tickets)
-	for i := range ids {
-		ids[i] = base + int64(i)
-		s.zd.AddTicket(standin.Ticket{ID: ids[i], Subject: "Where is my order?", Description: "It has not arrived.", RequesterName: "Ada"})
-	}
-	if _, err := s.pool.Exec(ctx, `
-INSERT INTO ticket_mirror (account, ticket_id, subject, status, zendesk_updated_at, last_customer_comment_at)
-SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - interval '1 day' FROM unnest($2::bigint[]) AS id`,
-		s.account(), ids); err != nil {
+	if err := seedScanTickets(ctx, s, base, tickets); err != nil {
 		return res, err
 	}
-	s.zd.SetRateLimit(scanZendeskPerMinute, time.Minute)
-	s.model.SetRateLimit(0, time.Minute)
-	s.model.Inject(standin.ModelFault{Delay: 300 * time.Millisecond, Times: -1})
-	defer func() {
-		s.zd.SetRateLimit(0, time.Minute)
-		s.model.ClearFaults()
-	}()
-	if err := s.startWorker(fmt.Sprintf("SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=%d", scanZendeskPerMinute),
-		fmt.Sprintf("SUPPORTFLOW_MODEL_CONCURRENCY=%d", scanModelConcurrency)); err != nil {
+	stop, err := startLimitedWorker(s)
+	if err != nil {
 		return res, err
 	}
-	defer s.stopWorker()
+	defer stop()
 	start := time.Now()
 	started := 0
 	for round := 0; started < tickets; round++ {
 		if round == 20 {
 			return res, fmt.Errorf("scan: %d of %d drafts started after 20 scans", started, tickets)
 		}
-		run, err := s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-scan-%d-%d", base, round), TaskQueue: benchQueue},
+		// As the schedule starts it (priority 4; its drafts run at 3).
+		run, err := s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-scan-%d-%d", base, round), TaskQueue: benchQueue,
+			Priority: temporal.Priority{PriorityKey: supportflow.PriorityBackground}},
 			supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: supportflow.MaxScanLimit})
 		if err != nil {
 			return res, err
@@ -104,4 +92,39 @@ SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - i
 	zd, mdl := s.zd.Load(), s.model.Load()
 	res.ZendeskMaxPerMinute, res.ModelPeak, res.Throttled = zd.MaxInWindow, mdl.PeakInFlight, zd.Throttled+mdl.Throttled
 	return res, nil
+}
+
+// seedScanTickets adds tickets base..base+n-1 to the Zendesk stand-in and
+// the ticket mirror, each one needing a draft (open, the customer spoke
+// last, no proposal).
+func seedScanTickets(ctx context.Context, s *stack, base int64, n int) error {
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = base + int64(i)
+		s.zd.AddTicket(standin.Ticket{ID: ids[i], Subject: "Where is my order?", Description: "It has not arrived.", RequesterName: "Ada"})
+	}
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO ticket_mirror (account, ticket_id, subject, status, zendesk_updated_at, last_customer_comment_at)
+SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - interval '1 day' FROM unnest($2::bigint[]) AS id`,
+		s.account(), ids)
+	return err
+}
+
+// startLimitedWorker puts the stand-ins under the scan's limits (Zendesk
+// refuses over scanZendeskPerMinute, the model answers in 300 ms) and
+// starts a worker configured for them; stop stops it and lifts them.
+func startLimitedWorker(s *stack) (stop func(), err error) {
+	s.zd.SetRateLimit(scanZendeskPerMinute, time.Minute)
+	s.model.SetRateLimit(0, time.Minute)
+	s.model.Inject(standin.ModelFault{Delay: 300 * time.Millisecond, Times: -1})
+	lift := func() {
+		s.zd.SetRateLimit(0, time.Minute)
+		s.model.ClearFaults()
+	}
+	if err := s.startWorker(fmt.Sprintf("SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=%d", scanZendeskPerMinute),
+		fmt.Sprintf("SUPPORTFLOW_MODEL_CONCURRENCY=%d", scanModelConcurrency)); err != nil {
+		lift()
+		return nil, err
+	}
+	return func() { s.stopWorker(); lift() }, nil
 }

@@ -38,16 +38,18 @@ type stack struct {
 	pool     *pgxpool.Pool
 	temporal client.Client
 	address  string
-	starter  *starter.Starter
-	zd       *standin.Zendesk
-	subs     *standin.Subscriptions
-	bq       *standin.BigQuery
-	model    *standin.Model
-	env      []string
-	bin      string
-	worker   *exec.Cmd
-	exited   chan struct{}
-	stops    []func()
+	// namespace is the Temporal namespace the client uses.
+	namespace string
+	starter   *starter.Starter
+	zd        *standin.Zendesk
+	subs      *standin.Subscriptions
+	bq        *standin.BigQuery
+	model     *standin.Model
+	env       []string
+	bin       string
+	worker    *exec.Cmd
+	exited    chan struct{}
+	stops     []func()
 }
 
 // dynamicConfig is the dev server's tuning for the run. Eager activity
@@ -139,6 +141,7 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		}
 		conn.Address = s.address
 	}
+	s.namespace = conn.Namespace
 	o := client.Options{Logger: sdklog.NewStructuredLogger(quietLogger())}
 	if err := conn.Apply(&o); err != nil {
 		return nil, err

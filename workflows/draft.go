@@ -16,6 +16,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
 )
 
@@ -189,7 +190,7 @@ func (dr *draft) setState(ctx workflow.Context, state string) {
 		updates = append(updates, proposalKey.ValueSet(dr.st.Proposal.ID))
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
-		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error", err)
+		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error_type", telemetry.ErrorClass(err))
 	}
 	dr.describe(ctx)
 }
@@ -362,7 +363,7 @@ func (dr *draft) markProposal(ctx workflow.Context, proposalID, state, by, errMs
 		onTicket("mark proposal "+stateWords(draftStateWords, state), dr.req.TicketID))
 	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, DecidedBy: by, Error: errMsg}
 	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
-		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", telemetry.ErrorClass(err))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // DefaultEvaluationConcurrency is the drafts an evaluation keeps in flight
@@ -112,7 +113,7 @@ func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID 
 	}
 	rctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, onTicket("record evaluation result", ticket))
 	if rerr := workflow.ExecuteActivity(rctx, a.RecordEvalResult, in).Get(ctx, &score); rerr != nil {
-		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error", rerr)
+		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error_type", telemetry.ErrorClass(rerr))
 		return 0, p, false
 	}
 	return score, p, err == nil

@@ -18,6 +18,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // Workflows carries the durations its workflows arm. Register it with
@@ -240,7 +241,7 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			step("posting the agents' note")
 			nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post attention note", act.TicketID))
 			if err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil); err != nil {
-				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", telemetry.ErrorClass(err))
 			}
 			if state == supportflow.StateNeedsAttention && workflow.GetVersion(ctx, versionNeedsAttentionAttr, workflow.DefaultVersion, 1) == 1 {
 				// Operators find these in the Web UI: SupportflowState = needs_attention.

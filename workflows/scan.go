@@ -11,6 +11,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // ScanTickets starts a DraftReply for each mirrored ticket that needs one
@@ -60,7 +61,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 		case errors.As(err, &running):
 			res.Running = append(res.Running, ticket)
 		default:
-			workflow.GetLogger(ctx).Error("starting a draft failed", "ticket_id", ticket, "error", err)
+			workflow.GetLogger(ctx).Error("starting a draft failed", "ticket_id", ticket, "error_type", telemetry.ErrorClass(err))
 			res.Failed = append(res.Failed, ticket)
 		}
 	}

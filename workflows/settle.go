@@ -14,6 +14,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // executeAction runs one action of an execution that settles from the
@@ -100,7 +101,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		if noteErr == nil {
 			settle.Fenced = true
 		} else {
-			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error", noteErr)
+			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error_type", telemetry.ErrorClass(noteErr))
 			settle.GiveUp = true
 		}
 		step("settling")
@@ -129,7 +130,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 			noteKey := attentionKey(proposalID+"/"+hex.EncodeToString(sum[:8]), i)
 			step("posting the agents' note")
 			if err := w.postNote(sctx, noteKey, act.TicketID, body, "attention note"); err != nil {
-				log.Error("the note telling the agents failed", "action_key", st.Key, "error", err)
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", telemetry.ErrorClass(err))
 			}
 		}
 		// Operators find these in the Web UI: SupportflowState = needs_attention.
@@ -172,7 +173,7 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 		return res, err
 	}
 	workflow.GetLogger(ctx).Error("a leg's outcome could not be learned within the bound; ending needs_attention",
-		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error", err)
+		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error_type", telemetry.ErrorClass(err))
 	in.GiveUp = true
 	opts.Summary = summary + " (giving up)"
 	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
@@ -195,7 +196,7 @@ func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, b
 	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Error: errorMessage(err), Fenced: true,
 		ZendeskMayHaveLanded: !isRefusal(err)}
 	if _, serr := w.settleLegs(ctx, settle, 0, true, onTicket("settle "+what, ticketID)); serr != nil {
-		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error", serr)
+		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error_type", telemetry.ErrorClass(serr))
 	}
 	return err
 }
@@ -208,7 +209,7 @@ func (w *Workflows) markProposal(ctx workflow.Context, proposalID, state, reason
 	mctx := w.activityOptions(dctx, policy.KindLedger, w.durations().Lease, false, "mark proposal "+stateWords(draftStateWords, state))
 	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, Error: reason}
 	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
-		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error", err)
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", telemetry.ErrorClass(err))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -254,4 +255,34 @@ func carriesFailureText(err error) bool {
 	)
 	return errors.As(err, &app) || errors.As(err, &activity) || errors.As(err, &workflow) || errors.As(err, &child) ||
 		errors.As(err, &panicked) || errors.As(err, &canceled) || errors.As(err, &timeout) || errors.As(err, &terminated)
+}
+
+// SDKLogger wraps the Temporal SDK's logger so that the errors it logs (an
+// activity's failure, a workflow task's panic) go out as their class
+// (ErrorClass), never their text: an activity's error can quote what a
+// model answered or a service echoed.
+func SDKLogger(l sdklog.Logger) sdklog.Logger { return scrubbedSDKLogger{l} }
+
+type scrubbedSDKLogger struct{ l sdklog.Logger }
+
+func scrubKeyvals(keyvals []any) []any {
+	out := make([]any, len(keyvals))
+	copy(out, keyvals)
+	for i := 0; i+1 < len(out); i += 2 {
+		if err, ok := out[i+1].(error); ok {
+			out[i+1] = ErrorClass(err)
+		}
+	}
+	return out
+}
+
+func (s scrubbedSDKLogger) Debug(msg string, kv ...any) { s.l.Debug(msg, scrubKeyvals(kv)...) }
+func (s scrubbedSDKLogger) Info(msg string, kv ...any)  { s.l.Info(msg, scrubKeyvals(kv)...) }
+func (s scrubbedSDKLogger) Warn(msg string, kv ...any)  { s.l.Warn(msg, scrubKeyvals(kv)...) }
+func (s scrubbedSDKLogger) Error(msg string, kv ...any) { s.l.Error(msg, scrubKeyvals(kv)...) }
+
+// With keeps the wrapping on loggers the SDK derives (per workflow, per
+// activity).
+func (s scrubbedSDKLogger) With(kv ...any) sdklog.Logger {
+	return scrubbedSDKLogger{sdklog.With(s.l, scrubKeyvals(kv)...)}
 }

@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/interceptor"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -158,4 +161,20 @@ func spanNames(spans tracetest.SpanStubs) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// The SDK's own log lines (an activity's failure) carry the error's class,
+// not its text, in every logger the SDK derives.
+func TestSDKLogger_ErrorsAsClass(t *testing.T) {
+	var buf bytes.Buffer
+	l := SDKLogger(sdklog.NewStructuredLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	secret := "the customer wrote: cancel-marker-4711"
+	err := temporal.NewApplicationError(secret, "InvalidModelOutput")
+	l.Error("Activity error.", "Error", err, "ActivityType", "GenerateDraft")
+	sdklog.With(l, "WorkflowID", "draft/1").Warn("again", "Error", errors.New(secret))
+	out := buf.String()
+	assert.NotContains(t, out, "cancel-marker-4711")
+	assert.Contains(t, out, "application:InvalidModelOutput")
+	assert.Contains(t, out, "draft/1")
+	assert.Contains(t, out, "GenerateDraft")
 }

@@ -243,7 +243,7 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 // A worker built on the client decodes with the same converter. conn says
 // where Temporal is and how to authenticate (TLS, mTLS, API key).
 func ClientOptions(conn temporalconn.Settings, keys *codec.Keyring, admitUnsealed bool, logger *slog.Logger, tel *telemetry.Telemetry) (client.Options, error) {
-	o := client.Options{Logger: sdklog.NewStructuredLogger(logger)}
+	o := client.Options{Logger: telemetry.SDKLogger(sdklog.NewStructuredLogger(logger))}
 	if err := conn.Apply(&o); err != nil {
 		return o, err
 	}
