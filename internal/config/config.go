@@ -61,10 +61,13 @@ var Vars = slices.Concat([]Var{
 	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
 	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
 	{Name: "ZENDESK_API_TOKEN", Help: "Zendesk API token (required)", Secret: true},
+	{Name: "ZENDESK_API_TOKEN_FILE", Help: "file holding ZENDESK_API_TOKEN instead (a mounted secret)"},
 	{Name: "SUBSCRIPTIONS_URL", Help: "subscription service base URL (required)"},
 	{Name: "SUBSCRIPTIONS_TOKEN", Help: "subscription service bearer token (required)", Secret: true},
+	{Name: "SUBSCRIPTIONS_TOKEN_FILE", Help: "file holding SUBSCRIPTIONS_TOKEN instead (a mounted secret)"},
 	{Name: "MODEL_BASE_URL", Default: "https://api.openai.com/v1", Help: "OpenAI-compatible chat-completions base URL (OpenAI, vLLM, Ollama, llama.cpp)"},
 	{Name: "MODEL_API_KEY", Help: "model API key (optional for local servers)", Secret: true},
+	{Name: "MODEL_API_KEY_FILE", Help: "file holding MODEL_API_KEY instead (a mounted secret)"},
 	{Name: "MODEL_NAME", Default: "gpt-4o-mini", Help: "model that drafts replies"},
 	{Name: "BIGQUERY_PROJECT", Help: "Google Cloud project that runs (and is billed for) the customer lookups (required)"},
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
@@ -228,11 +231,8 @@ func LoadWorker() (Worker, error) {
 		ZendeskURL:         get("ZENDESK_URL", ""),
 		ZendeskSubdomain:   get("ZENDESK_SUBDOMAIN", ""),
 		ZendeskEmail:       get("ZENDESK_EMAIL", ""),
-		ZendeskAPIToken:    os.Getenv("ZENDESK_API_TOKEN"),
 		SubscriptionsURL:   get("SUBSCRIPTIONS_URL", ""),
-		SubscriptionsToken: os.Getenv("SUBSCRIPTIONS_TOKEN"),
 		ModelBaseURL:       get("MODEL_BASE_URL", "https://api.openai.com/v1"),
-		ModelAPIKey:        os.Getenv("MODEL_API_KEY"),
 		ModelName:          get("MODEL_NAME", "gpt-4o-mini"),
 		BigQueryProject:    get("BIGQUERY_PROJECT", ""),
 		BigQueryDataset:    get("BIGQUERY_DATASET", ""),
@@ -252,6 +252,13 @@ func LoadWorker() (Worker, error) {
 		errs = append(errs, err)
 	} else {
 		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
+	}
+	for name, dst := range map[string]*string{"ZENDESK_API_TOKEN": &c.ZendeskAPIToken, "SUBSCRIPTIONS_TOKEN": &c.SubscriptionsToken, "MODEL_API_KEY": &c.ModelAPIKey} {
+		v, err := SecretEnv(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*dst = v
 	}
 	missing := func(name, v string) {
 		if v == "" {
@@ -447,10 +454,12 @@ var APIVars = []Var{
 	{Name: EnvAPITokens, Help: "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by worker api", Secret: true},
 	{Name: EnvAPITokensFile, Help: "file with the API tokens instead, one NAME:ROLE[+ROLE...]:TOKEN a line, # comments (a mounted secret)"},
 	{Name: "ZENDESK_WEBHOOK_SECRET", Help: "Zendesk webhook signing secret (needed by worker api)", Secret: true},
+	{Name: "ZENDESK_WEBHOOK_SECRET_FILE", Help: "file holding ZENDESK_WEBHOOK_SECRET instead (a mounted secret)"},
 	{Name: "ZENDESK_API_USER_ID", Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
 	{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Default: "10s", Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
 	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server", Secret: true},
+	{Name: "SUPPORTFLOW_CODEC_TOKENS_FILE", Help: "file holding SUPPORTFLOW_CODEC_TOKENS instead (a mounted secret)"},
 	{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
 	{Name: EnvMaxStreamsPerToken, Default: strconv.Itoa(api.DefaultMaxStreamsPerToken), Help: "event streams (GET /tickets/{id}/draft/events) one API token may hold open at once; the next is answered 429 with a Retry-After"},
 	{Name: EnvSSEKeepAlive, Default: "15s", Help: "how often an event stream with nothing new sends a keep-alive comment (keep it under the idle timeout of every proxy in front of the API)"},
@@ -516,7 +525,6 @@ func LoadAPI() (API, error) {
 		TaskQueue:     get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
 		Account:       accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
 		Addr:          get("SUPPORTFLOW_API_ADDR", ":8080"),
-		WebhookSecret: os.Getenv("ZENDESK_WEBHOOK_SECRET"),
 		LogLevel:      get("SUPPORTFLOW_LOG_LEVEL", "info"),
 		MetricsAddr:   os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
 		OTLPEndpoint:  get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
@@ -531,6 +539,9 @@ func LoadAPI() (API, error) {
 		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
 	}
 	var err error
+	if c.WebhookSecret, err = SecretEnv("ZENDESK_WEBHOOK_SECRET"); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Tokens, err = APITokens(os.Getenv); err != nil {
 		errs = append(errs, err)
 	}
@@ -566,7 +577,11 @@ func LoadAPI() (API, error) {
 	if c.CodecAllowEncode, err = boolVar(codec.EnvAllowEncode, false); err != nil {
 		errs = append(errs, err)
 	}
-	c.CodecTokens = splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS"))
+	codecTokens, err := SecretEnv("SUPPORTFLOW_CODEC_TOKENS")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.CodecTokens = splitList(codecTokens)
 	if err := shortToken("SUPPORTFLOW_CODEC_TOKENS", c.CodecTokens); err != nil {
 		errs = append(errs, err)
 	}
@@ -695,6 +710,7 @@ func accountFrom(account, subdomain, zendeskURL string) string {
 var GatewayVars = slices.Concat([]Var{
 	{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Help: "URL of the worker api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "the codec token the gateway sends (the first of the list; required)", Secret: true},
+	{Name: "SUPPORTFLOW_CODEC_TOKENS_FILE", Help: "file holding SUPPORTFLOW_CODEC_TOKENS instead (a mounted secret)"},
 	{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
 }, httpVars())
 
@@ -723,12 +739,15 @@ func LoadGateway() (Gateway, error) {
 	} else {
 		g.Upstream = u
 	}
-	if tokens := splitList(os.Getenv("SUPPORTFLOW_CODEC_TOKENS")); len(tokens) == 0 {
+	raw, err := SecretEnv("SUPPORTFLOW_CODEC_TOKENS")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if tokens := splitList(raw); len(tokens) == 0 && err == nil {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_TOKENS is required (a token worker api accepts)", ErrConfig))
 	} else {
 		g.Token = tokens[0]
 	}
-	var err error
 	if g.HTTP, err = HTTPTimeouts(); err != nil {
 		errs = append(errs, err)
 	}
@@ -829,3 +848,28 @@ type Deployment struct {
 
 // Versioned reports whether the worker uses Worker Deployment Versioning.
 func (d Deployment) Versioned() bool { return d.Name != "" && d.BuildID != "" }
+
+// SecretEnv reads a secret from the environment variable name or, when
+// name+"_FILE" is set, from the file it names (a mounted compose or
+// Kubernetes secret; surrounding white space, such as the trailing newline
+// an editor leaves, is dropped). Setting both, an unreadable file and an
+// empty file are errors naming the variable, never the value.
+func SecretEnv(name string) (string, error) {
+	fileVar := name + "_FILE"
+	path := strings.TrimSpace(os.Getenv(fileVar))
+	if path == "" {
+		return os.Getenv(name), nil
+	}
+	if os.Getenv(name) != "" {
+		return "", fmt.Errorf("%w: set %s or %s, not both", ErrConfig, name, fileVar)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: cannot read the file: %v", ErrConfig, fileVar, errors.Unwrap(err))
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%w: %s: the file is empty", ErrConfig, fileVar)
+	}
+	return v, nil
+}

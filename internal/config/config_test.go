@@ -367,3 +367,41 @@ func TestPrintHelp_DocumentsTheStrictnessSettings(t *testing.T) {
 	assert.Equal(t, "false", encode.Default)
 	assert.NotContains(t, encode.Help, "required")
 }
+
+// A secret comes from NAME or from the file NAME_FILE names; each bad
+// input is refused naming the variable, never the value.
+func TestSecretEnv(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(file, []byte("s3cret-from-file\n"), 0o600))
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
+
+	t.Setenv("ZENDESK_API_TOKEN", "inline")
+	v, err := SecretEnv("ZENDESK_API_TOKEN")
+	require.NoError(t, err)
+	assert.Equal(t, "inline", v)
+
+	t.Setenv("ZENDESK_API_TOKEN", "")
+	t.Setenv("ZENDESK_API_TOKEN_FILE", file)
+	v, err = SecretEnv("ZENDESK_API_TOKEN")
+	require.NoError(t, err)
+	assert.Equal(t, "s3cret-from-file", v, "the trailing newline is dropped")
+
+	for name, tc := range map[string]struct{ inline, path, want string }{
+		"both":    {"inline", file, "not both"},
+		"missing": {"", filepath.Join(dir, "nope"), "cannot read"},
+		"empty":   {"", empty, "empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("ZENDESK_API_TOKEN", tc.inline)
+			t.Setenv("ZENDESK_API_TOKEN_FILE", tc.path)
+			_, err := SecretEnv("ZENDESK_API_TOKEN")
+			require.ErrorIs(t, err, ErrConfig)
+			assert.Contains(t, err.Error(), "ZENDESK_API_TOKEN_FILE")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "s3cret")
+			assert.NotContains(t, err.Error(), "inline")
+		})
+	}
+}
