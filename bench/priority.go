@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -40,6 +40,16 @@ type PriorityLoad struct {
 	BacklogMin    int64    `json:"zendesk_backlog_min"`
 	BacklogMax    int64    `json:"zendesk_backlog_max"`
 	BacklogAgeMax Duration `json:"zendesk_backlog_age_max"`
+	// Where a loaded approval's time went, from its execution's history:
+	// StartWait from the workflow's start to its first workflow task
+	// starting on the workflows' queue (priority 1 there too), QueueWait
+	// from PostReply's scheduling to its start on the Zendesk queue (what
+	// priority decides against the waiting reads). Idle* the same with the
+	// queues idle.
+	StartWait     Latency `json:"start_to_first_workflow_task"`
+	QueueWait     Latency `json:"post_reply_zendesk_queue_wait"`
+	IdleStartWait Latency `json:"idle_start_to_first_workflow_task"`
+	IdleQueueWait Latency `json:"idle_post_reply_zendesk_queue_wait"`
 	// Saturated counts the loaded approvals made with at least
 	// SaturatedAt reads waiting in the queue.
 	Saturated   int `json:"saturated_approvals"`
@@ -74,7 +84,9 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 		// a tenth under the limit, spread over the minute, an activity
 		// making up to three calls.
 		ZendeskActivitiesPerSecond: 0.9 * scanZendeskPerMinute / 60 / 3,
-		SaturatedAt:                min(150, tickets/4)}
+		// A second's worth of reads waiting: first come, first served, a
+		// write queued now would wait at least a second.
+		SaturatedAt: 15}
 	base := time.Now().UnixNano()%1e9*1000 + 700_000_000_000
 	if err := seedScanTickets(ctx, s, base, tickets); err != nil {
 		return res, err
@@ -85,6 +97,7 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 	}
 	defer stopLimits()
 
+	zendeskQueue := policy.ResourceQueue(benchQueue, policy.ResourceZendesk)
 	one := func(label string, i int) (time.Duration, error) {
 		ticket := s.zd.AddTicket(standin.Ticket{Subject: "bench", Description: "hi"})
 		id := fmt.Sprintf("%s-%d-%d", label, base, i)
@@ -117,21 +130,23 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 		idle = append(idle, d)
 	}
 	res.Idle = summarize(idle, 1, time.Since(began))
+	if res.IdleStartWait, res.IdleQueueWait, err = waits(ctx, s, "prio-idle", base, approvals, zendeskQueue); err != nil {
+		return res, err
+	}
 
-	// The scans, as the schedule starts them, until every ticket's draft
-	// has started (a scan starts at most MaxScanLimit).
+	// The scans, as the schedule starts them (priority 4; their drafts
+	// run at 3), one after another until every ticket's draft has started
+	// (a scan starts at most MaxScanLimit, and finds again the tickets
+	// whose drafts are still running) or the approvals are done.
 	s.zd.SetRateLimit(scanZendeskPerMinute, time.Minute) // count the phase's requests from here
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
 	scanned := make(chan error, 1)
+	rounds := 0
 	go func() {
 		started := 0
-		for round := 0; started < tickets; round++ {
-			if round == 20 {
-				scanned <- fmt.Errorf("priority: %d of %d drafts started after 20 scans", started, tickets)
-				return
-			}
-			run, err := s.temporal.ExecuteWorkflow(scanCtx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-prio-scan-%d-%d", base, round), TaskQueue: benchQueue,
+		for ; started < tickets; rounds++ {
+			run, err := s.temporal.ExecuteWorkflow(scanCtx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-prio-scan-%d-%d", base, rounds), TaskQueue: benchQueue,
 				Priority: temporal.Priority{PriorityKey: supportflow.PriorityBackground}},
 				supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: supportflow.MaxScanLimit})
 			if err != nil {
@@ -144,23 +159,34 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 				return
 			}
 			started += len(sr.Started)
+			if len(sr.Started) == 0 {
+				select {
+				case <-scanCtx.Done():
+				case <-time.After(time.Second):
+				}
+			}
 		}
 		scanned <- nil
 	}()
 
-	// Wait for the drafts' reads to fill the queue.
-	zendeskQueue := policy.ResourceQueue(benchQueue, policy.ResourceZendesk)
-	deadline := time.Now().Add(2 * time.Minute)
+	// Wait for the drafts' reads to fill the queue (at most the time the
+	// queue takes to read every ticket).
+	deadline := time.Now().Add(min(2*time.Minute, time.Duration(float64(tickets)/res.ZendeskActivitiesPerSecond*float64(time.Second))))
 	for {
 		n, _, err := backlog(ctx, s, zendeskQueue)
 		if err != nil {
 			return res, err
 		}
+		if os.Getenv("BENCH_DEBUG") != "" {
+			d, _ := s.temporal.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{Namespace: s.namespace,
+				TaskQueue: &taskqueuepb.TaskQueue{Name: zendeskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL}, TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportStats: true, ReportConfig: true})
+			fmt.Fprintf(s.log, "DEBUG %s backlog %d add %.1f dispatch %.1f zd=%+v\n", time.Now().Format("15:04:05.000"), n, d.GetStats().GetTasksAddRate(), d.GetStats().GetTasksDispatchRate(), s.zd.Load())
+		}
 		if n >= int64(res.SaturatedAt) {
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(s.log, "bench: the Zendesk queue's backlog reached only %d reads in 2 minutes; approving anyway\n", n)
+			fmt.Fprintf(s.log, "bench: the Zendesk queue's backlog reached only %d reads; approving anyway\n", n)
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -182,6 +208,9 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 		if err != nil {
 			return res, err
 		}
+		if os.Getenv("BENCH_DEBUG") != "" {
+			fmt.Fprintf(s.log, "DEBUG %s approval %d: backlog %d age %s -> %s\n", time.Now().Format("15:04:05.000"), i, n, age, d)
+		}
 		loaded = append(loaded, d)
 		// Spread the approvals over the scan's burst.
 		time.Sleep(500 * time.Millisecond)
@@ -190,15 +219,63 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 	res.BacklogMin, res.BacklogMax = slices.Min(backlogs), slices.Max(backlogs)
 	zd := s.zd.Load()
 	res.ZendeskMaxPerMinute, res.Throttled = zd.MaxInWindow, zd.Throttled
+	if res.StartWait, res.QueueWait, err = waits(ctx, s, "prio-loaded", base, approvals, zendeskQueue); err != nil {
+		return res, err
+	}
+	// The scans stop here, so that nothing runs on after the phase: a
+	// scan still starting drafts is terminated, and the drafts it started
+	// stay where they are when the worker stops.
 	select {
-	case err := <-scanned:
+	case err := <-scanned: // every draft started before the approvals were done
 		if err != nil {
 			return res, err
 		}
-	case <-time.After(2 * time.Minute):
-		return res, errors.New("priority: the scans did not finish starting their drafts")
+	default:
+		cancelScan()
+		<-scanned
+	}
+	for round := 0; round <= rounds; round++ {
+		_ = s.temporal.TerminateWorkflow(ctx, fmt.Sprintf("bench-prio-scan-%d-%d", base, round), "", "bench: the priority phase is over")
 	}
 	return res, nil
+}
+
+// waits reads the histories of the executions label-base-0..n-1 and
+// summarizes how long each waited for its first workflow task and for
+// its Zendesk activity to start.
+func waits(ctx context.Context, s *stack, label string, base int64, n int, zendeskQueue string) (start, queue Latency, err error) {
+	var starts, queued []time.Duration
+	for i := range n {
+		id := supportflow.ExecuteWorkflowID(fmt.Sprintf("%s-%d-%d", label, base, i))
+		var began, firstTask time.Time
+		scheduled := map[int64]time.Time{}
+		it := s.temporal.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				return start, queue, err
+			}
+			at := e.GetEventTime().AsTime()
+			switch e.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+				began = at
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+				if firstTask.IsZero() {
+					firstTask = at
+					starts = append(starts, firstTask.Sub(began))
+				}
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+				if e.GetActivityTaskScheduledEventAttributes().GetTaskQueue().GetName() == zendeskQueue {
+					scheduled[e.GetEventId()] = at
+				}
+			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+				if t, ok := scheduled[e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()]; ok {
+					queued = append(queued, at.Sub(t))
+				}
+			}
+		}
+	}
+	return summarize(starts, 1, 0), summarize(queued, 1, 0), nil
 }
 
 // backlog is a task queue's approximate activity backlog and the age of

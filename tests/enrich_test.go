@@ -33,7 +33,9 @@ func TestEnrichment_BurstMerges(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	const tickets, perTicket = 100, 10
-	delay := 12 * time.Second
+	// The merge window: wide enough for 1,000 events sent by a loaded
+	// 2-core machine to land inside it.
+	delay := 30 * time.Second
 	s.extraEnv = []string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=" + delay.String(), "SUPPORTFLOW_ENRICH_UPDATE_DELAY=" + delay.String()}
 	s.startWorker()
 	base := 20000 + ticketIDs.Add(tickets)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/client"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/supportflow/supportflow"
 )
@@ -75,11 +75,17 @@ func TestVersioning_WaitingDraftSurvivesADeploy(t *testing.T) {
 // buildID (the worker makes itself current once it polls).
 func (s *stack) waitCurrentVersion(deployment, buildID string) {
 	s.t.Helper()
-	h := s.temporal.WorkerDeploymentClient().GetHandle(deployment)
 	require.Eventually(s.t, func() bool {
-		d, err := h.Describe(context.Background(), client.WorkerDeploymentDescribeOptions{})
-		cur := d.Info.RoutingConfig.CurrentVersion
-		return err == nil && cur != nil && cur.BuildID == buildID
+		d, err := s.temporal.WorkflowService().DescribeWorkerDeployment(context.Background(),
+			&workflowservice.DescribeWorkerDeploymentRequest{Namespace: "default", DeploymentName: deployment})
+		if err != nil {
+			return false
+		}
+		info := d.GetWorkerDeploymentInfo()
+		// The routing reaches the task queues' partitions asynchronously on
+		// newer servers; older ones do not report it (unspecified).
+		propagated := info.GetRoutingConfigUpdateState() != enumspb.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+		return propagated && info.GetRoutingConfig().GetCurrentDeploymentVersion().GetBuildId() == buildID
 	}, waitBudget, 200*time.Millisecond, "%s is %s's current version", buildID, deployment)
 }
 

@@ -412,7 +412,7 @@ func (dr *draft) await(ctx workflow.Context, p supportflow.DraftProposal) (suppo
 		workflow.GetLogger(ctx).Info("customer wrote again; superseding the proposal", "proposal_id", p.ID, "signals", n)
 		dr.markProposal(ctx, p.ID, supportflow.DraftSuperseded, "", "")
 		dr.settle(ctx)
-		return dr.st, workflow.NewContinueAsNewError(ctx, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
+		return dr.st, workflow.NewContinueAsNewErrorWithOptions(ctx, redraftOnCurrentBuild, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
 			TicketID: dr.req.TicketID, Reason: "supersede", Supersedes: p.ID, Generation: dr.req.Generation + 1,
 		})
 	default:
@@ -536,7 +536,7 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 			// The reply was held back because a cancellation was refused:
 			// draft again, knowing it, so the customer is answered truthfully.
 			workflow.GetLogger(ctx).Info("the approved reply was held back; drafting again with the outcome", "proposal_id", p.ID)
-			return dr.st, workflow.NewContinueAsNewError(ctx, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
+			return dr.st, workflow.NewContinueAsNewErrorWithOptions(ctx, redraftOnCurrentBuild, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
 				TicketID: dr.req.TicketID, Reason: "needs-attention", Supersedes: p.ID, Generation: dr.req.Generation + 1,
 				Outcome: outcome,
 			})
@@ -548,4 +548,16 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 	dr.setState(ctx, supportflow.DraftDone)
 	dr.settle(ctx)
 	return dr.st, nil
+}
+
+// redraftOnCurrentBuild starts a draft continued as new (the customer wrote
+// again, a held-back reply is redrafted) on the deployment's current build:
+// a pinned run's next run would otherwise stay pinned to its build, and a
+// ticket's chain of drafts would keep an old build alive for ever. The new
+// run is a fresh history, so it needs no replay on the code it leaves; from
+// its first task on it is pinned to the build that ran it. (Without worker
+// versioning the option does nothing.)
+// https://docs.temporal.io/worker-versioning#continue-as-new
+var redraftOnCurrentBuild = workflow.ContinueAsNewErrorOptions{
+	InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade,
 }

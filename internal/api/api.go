@@ -112,7 +112,7 @@ type Config struct {
 	WriteTimeout time.Duration
 	// MaxStreamsPerToken caps the SSE streams one token holds open at
 	// once; past it a stream is refused 429 with a Retry-After
-	// (SUPPORTFLOW_API_MAX_STREAMS_PER_TOKEN). 0 means 8.
+	// (SUPPORTFLOW_API_MAX_STREAMS_PER_TOKEN). 0 means DefaultMaxStreamsPerToken.
 	MaxStreamsPerToken int
 	// StreamRetryAfter is the Retry-After of a stream refused 429; 0
 	// means 5 s.
@@ -382,8 +382,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 // read within it, so a client trickling bytes cannot hold a connection.
 const bodyReadTimeout = 10 * time.Second
 
-// DefaultMaxStreamsPerToken is Config.MaxStreamsPerToken's default.
-const DefaultMaxStreamsPerToken = 8
+// DefaultMaxStreamsPerToken is Config.MaxStreamsPerToken's default: room
+// for one helpdesk app's token shared by every agent's browser, a bound on
+// what one leaked or looping token can hold open.
+const DefaultMaxStreamsPerToken = 64
 
 // readBody reads a body capped at MaxBody within ReadTimeout.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

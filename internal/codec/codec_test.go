@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -208,6 +209,52 @@ func TestGateway_AddsTheToken(t *testing.T) {
 		`OPTIONS /codec/decode auth="Bearer what-the-browser-sent" origin="http://localhost:8233"`,
 		`POST /codec/decode auth="Bearer codec-token-0123456789" origin="http://localhost:8233"`,
 	}, seen)
+}
+
+// The gateway answers its health check itself: 200 "ok" to GET, with no
+// token and no call to the upstream (here one that fails every request, as
+// an API that is down would), so its probes do not follow the API's.
+func TestGateway_Healthz(t *testing.T) {
+	var upstreamCalls []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamCalls = append(upstreamCalls, r.Method+" "+r.URL.Path)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	gw := httptest.NewServer(codec.Gateway(u, "codec-token-0123456789"))
+	defer gw.Close()
+
+	do := func(method, path string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, gw.URL+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	resp, body := do(http.MethodGet, codec.GatewayHealthPath)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "ok", body)
+	assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	resp, body = do(http.MethodHead, codec.GatewayHealthPath)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Empty(t, body)
+	resp, _ = do(http.MethodPost, codec.GatewayHealthPath)
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "GET, HEAD", resp.Header.Get("Allow"))
+	// Only that path: the rest of the gateway is unchanged.
+	for _, path := range []string{"/healthz/", "/readyz", "/codec"} {
+		resp, _ = do(http.MethodGet, path)
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "GET %s", path)
+	}
+	assert.Empty(t, upstreamCalls, "the health check must not reach the upstream")
+	resp, _ = do(http.MethodPost, "/codec/decode")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the upstream's answer to a codec request")
+	assert.Equal(t, []string{"POST /codec/decode"}, upstreamCalls)
 }
 
 // BenchmarkCodec measures sealing and opening one payload the size of a

@@ -73,6 +73,7 @@ var Vars = slices.Concat([]Var{
 	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
 	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
 	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
+	{Name: "GOOGLE_APPLICATION_CREDENTIALS", Help: "path of the Google service account key file BigQuery authenticates with (Application Default Credentials, read by Google's client library: https://cloud.google.com/docs/authentication/application-default-credentials); unset: the attached service account, from the metadata server on Google Cloud"},
 }, limitVars(), []Var{
 	{Name: "SUPPORTFLOW_MODEL_PROMPT_TOKENS", Default: "100000", Help: "estimated prompt tokens a draft may send; a longer conversation keeps its first comment and the newest that fit (keep it under the model's context window less SUPPORTFLOW_MODEL_MAX_TOKENS)"},
 	{Name: "SUPPORTFLOW_MODEL_MAX_TOKENS", Default: "4096", Help: "max_completion_tokens of a draft; an answer cut off there fails as ModelTruncated"},
@@ -712,6 +713,7 @@ var GatewayVars = slices.Concat([]Var{
 	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "the codec token the gateway sends (the first of the list; required)", Secret: true},
 	{Name: "SUPPORTFLOW_CODEC_TOKENS_FILE", Help: "file holding SUPPORTFLOW_CODEC_TOKENS instead (a mounted secret)"},
 	{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
+	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
 }, httpVars())
 
 // Gateway is the codec gateway's configuration: where it listens, the

@@ -3,6 +3,8 @@ package deploy
 import (
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,19 +28,15 @@ import (
 // hostEnv stands in for the deployment host's environment: a value for every
 // variable docker-compose.yml requires from it. The values are distinctive,
 // so a test can tell that a setting came from here and not from the file.
+// None is a secret: those are mounted files (TestCompose_Secrets).
 var hostEnv = map[string]string{
-	"SUPPORTFLOW_HOST":         "support.host.example",
-	"SUPPORTFLOW_CODEC_TOKENS": "host-codec-token-0123456789",
-	"ZENDESK_SUBDOMAIN":        "host-subdomain",
-	"ZENDESK_EMAIL":            "host-agent@example.com",
-	"ZENDESK_API_TOKEN":        "host-zendesk-token",
-	"SUBSCRIPTIONS_URL":        "https://host-subscriptions.example.com",
-	"SUBSCRIPTIONS_TOKEN":      "host-subscriptions-token",
-	"MODEL_API_KEY":            "host-model-key",
-	"BIGQUERY_PROJECT":         "host-analytics",
-	"BIGQUERY_DATASET":         "host_commerce",
-	"ZENDESK_WEBHOOK_SECRET":   "host-webhook-secret",
-	"ZENDESK_API_USER_ID":      "900000000001",
+	"SUPPORTFLOW_HOST":    "support.host.example",
+	"ZENDESK_SUBDOMAIN":   "host-subdomain",
+	"ZENDESK_EMAIL":       "host-agent@example.com",
+	"SUBSCRIPTIONS_URL":   "https://host-subscriptions.example.com",
+	"BIGQUERY_PROJECT":    "host-analytics",
+	"BIGQUERY_DATASET":    "host_commerce",
+	"ZENDESK_API_USER_ID": "900000000001",
 }
 
 // The services docker-compose.yml defines.
@@ -625,6 +623,51 @@ func TestCompose_Configuration(t *testing.T) {
 	api := service(t, p, apiService)
 	if hc := api.HealthCheck; assert.NotNil(t, hc) {
 		assert.Contains(t, strings.Join(hc.Test, " "), "http://127.0.0.1:"+strconv.Itoa(int(listenPort(t, a.Addr)))+"/readyz")
+	}
+}
+
+// TestCompose_Healthchecks: each long-running supportflow service has a
+// healthcheck that runs `worker probe` (the image has no shell or curl) on
+// a path its program serves, on a port it listens on: the test sends the
+// probe's request to the program's own handler, as it is built from the
+// service's environment. The proxy waits for the API and the codec gateway
+// to be healthy.
+func TestCompose_Healthchecks(t *testing.T) {
+	p := project(t)
+	cfgs := map[string]loadedConfig{
+		workerService:  {worker: workerConfig(t, p)},
+		apiService:     {api: apiConfig(t, p)},
+		gatewayService: {gateway: gatewayConfig(t, p)},
+	}
+	for name, cfg := range cfgs {
+		s := service(t, p, name)
+		proc := supportflowServices[name]
+		hc := s.HealthCheck
+		if !assert.NotNil(t, hc, "%s: no healthcheck", name) || !assert.False(t, hc.Disable, "%s: healthcheck disabled", name) {
+			continue
+		}
+		require.Len(t, hc.Test, 4, "%s: healthcheck %q", name, hc.Test)
+		assert.Equal(t, []string{"CMD", "/usr/local/bin/worker", "probe"}, []string(hc.Test[:3]), "%s: the healthcheck runs `worker probe URL`", name)
+		u, err := url.Parse(hc.Test[3])
+		require.NoError(t, err, "%s: healthcheck URL", name)
+		assert.Equal(t, "http", u.Scheme, "%s: healthcheck URL", name)
+		assert.Equal(t, "127.0.0.1", u.Hostname(), "%s: the healthcheck probes its own container", name)
+		port, err := strconv.ParseUint(u.Port(), 10, 16)
+		require.NoError(t, err, "%s: healthcheck URL %s has no port", name, u)
+		h, ok := servers(t, proc, cfg)[int32(port)]
+		require.True(t, ok, "%s: the healthcheck's port %d is not one %s listens on", name, port, proc)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, u.RequestURI(), nil))
+		if u.Path == "/readyz" {
+			// Ready or not (this test has no database), but a route.
+			assert.Contains(t, []int{http.StatusOK, http.StatusServiceUnavailable}, rec.Code, "%s: GET %s answers %d", name, u.Path, rec.Code)
+		} else {
+			assert.Equal(t, http.StatusOK, rec.Code, "%s: the healthcheck's GET %s answers %d", name, u.Path, rec.Code)
+		}
+	}
+	proxy := service(t, p, proxyService)
+	for _, upstream := range []string{apiService, gatewayService} {
+		assert.Equal(t, types.ServiceConditionHealthy, proxy.DependsOn[upstream].Condition, "the proxy starts before %s is healthy", upstream)
 	}
 }
 

@@ -24,13 +24,6 @@ import (
 // (where go test runs).
 const repoRoot = "../.."
 
-// libraryVars are variables a supportflow process does not read itself but
-// a library it links does, so they are not in config's tables:
-// GOOGLE_APPLICATION_CREDENTIALS names the key file of Google's Application
-// Default Credentials, read by the BigQuery client the worker uses
-// (https://cloud.google.com/docs/authentication/application-default-credentials).
-var libraryVars = []string{"GOOGLE_APPLICATION_CREDENTIALS"}
-
 // process is one of the supportflow programs a container runs; each reads
 // its own set of variables.
 type process string
@@ -69,12 +62,12 @@ func (p process) vars() map[string]config.Var {
 	return m
 }
 
-// reads reports whether p (or a library it links) reads the variable.
+// reads reports whether p reads the variable (config's tables list the
+// ones a library it links reads too, such as
+// GOOGLE_APPLICATION_CREDENTIALS).
 func (p process) reads(name string) bool {
-	if _, ok := p.vars()[name]; ok {
-		return true
-	}
-	return p == procWorker && slices.Contains(libraryVars, name)
+	_, ok := p.vars()[name]
+	return ok
 }
 
 // setEnv sets every variable p reads to env's value, or to empty (which
@@ -121,6 +114,13 @@ var fixtures = map[string]string{
 	"temporal-db-password": "fixture-temporal-password\n",
 	"postgres-password":    "fixture-postgres-password\n",
 	"console-users":        "alice $2a$14$fixturefixturefixturefixtureOu\n",
+	// The application's secrets with a *_FILE variable, by the names
+	// docker-compose.yml and the Kubernetes manifests mount them under.
+	"zendesk-api-token":      "fixture-zendesk-token\n",
+	"subscriptions-token":    "fixture-subscriptions-token\n",
+	"model-api-key":          "fixture-model-key\n",
+	"zendesk-webhook-secret": "fixture-webhook-secret\n",
+	"codec-tokens":           "fixture-codec-token-0123456789,fixture-codec-token-next-0123456789\n",
 }
 
 // fixture returns the stand-in content of a secret file named base

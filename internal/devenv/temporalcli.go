@@ -16,7 +16,10 @@ import (
 )
 
 // TemporalCLIVersion is the one place the Temporal CLI (and so the dev
-// server) version is pinned.
+// server) version is pinned. v1.9.1, the newest on the module proxy, cannot
+// be built from it: its go.mod replaces github.com/temporalio/cli/cliext
+// with a directory that is a module of its own, which the proxy's copy of
+// the CLI does not include and the proxy does not serve.
 const TemporalCLIVersion = "v1.5.1"
 
 const temporalCLIModule = "github.com/temporalio/cli"

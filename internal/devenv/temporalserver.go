@@ -29,10 +29,11 @@ import (
 	"github.com/supportflow/supportflow/internal/temporalconn"
 )
 
-// TemporalServerVersion is the Temporal server the production topology runs:
-// the server inside the pinned CLI (TemporalCLIVersion v1.5.1 is server
-// 1.29.1) and the image docker-compose.yml deploys. Change the three
-// together.
+// TemporalServerVersion is the Temporal server the production topology runs
+// and the image tag docker-compose.yml deploys (a test in internal/deploy
+// keeps the two equal). It is newer than the server inside the pinned CLI
+// (TemporalCLIVersion v1.5.1 is server 1.29.1): the newer CLIs cannot be
+// built from the module proxy (docs/temporal.md).
 const TemporalServerVersion = "v1.32.1"
 
 const temporalServerModule = "go.temporal.io/server"

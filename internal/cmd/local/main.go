@@ -47,6 +47,7 @@ import (
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/workerapp"
 	"github.com/supportflow/supportflow/migrations"
@@ -197,6 +198,14 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	gatewayURL := "http://" + gatewayLn.Addr().String()
 	uiURL := ""
 	if os.Getenv("TEMPORAL_ADDRESS") == "" {
+		// Its own dev server is open: credentials for another Temporal (a
+		// Temporal Cloud key exported in this shell) must not turn TLS on.
+		for _, v := range temporalconn.Vars {
+			if v.Name != temporalconn.EnvAddress && v.Name != temporalconn.EnvNamespace && os.Getenv(v.Name) != "" {
+				say("ignoring %s: the local run starts its own open Temporal dev server (set TEMPORAL_ADDRESS to use yours)", v.Name)
+				os.Unsetenv(v.Name)
+			}
+		}
 		say("starting the Temporal dev server with its Web UI (the CLI is built on first use: a few minutes)")
 		dbFile, _ := filepath.Abs(filepath.Join(stateDir, "temporal.db"))
 		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
