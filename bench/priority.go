@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"math"
 	"slices"
 	"time"
 
@@ -23,24 +23,20 @@ import (
 // queue's rate), beside the same approvals with the queue idle, on the
 // same worker under the same limits.
 type PriorityLoad struct {
-	ScanTickets      int `json:"scan_tickets"`
+	ScanTickets int `json:"scan_tickets"`
+	// DraftsStarted is how many drafts the scans started before the
+	// approvals were done.
+	DraftsStarted    int `json:"drafts_started"`
 	ZendeskPerMinute int `json:"zendesk_limit_per_minute"`
 	// ZendeskActivitiesPerSecond is the Zendesk queue's server-enforced
 	// activity rate the worker asks for at that limit.
 	ZendeskActivitiesPerSecond float64 `json:"zendesk_activities_per_second"`
 	// Idle is the approvals before the scan; Loaded while it saturates
-	// the queue. Both one at a time.
-	Idle   Latency `json:"idle"`
-	Loaded Latency `json:"loaded"`
-	// Backlog is the Zendesk queue's backlog (Temporal's approximate
-	// count, tasks waiting to be handed out) just before each loaded
-	// approval: its least and greatest; BacklogAgeMax the oldest waiting
-	// task's age at those moments. First come, first served, a write
-	// queued behind Backlog reads would wait Backlog / the queue's rate.
-	BacklogMin    int64    `json:"zendesk_backlog_min"`
-	BacklogMax    int64    `json:"zendesk_backlog_max"`
-	BacklogAgeMax Duration `json:"zendesk_backlog_age_max"`
-	// Where a loaded approval's time went, from its execution's history:
+	// the queue. Both one at a time, Gap apart.
+	Idle   Latency  `json:"idle"`
+	Loaded Latency  `json:"loaded"`
+	Gap    Duration `json:"gap"`
+	// Where an approval's time went, from its execution's history:
 	// StartWait from the workflow's start to its first workflow task
 	// starting on the workflows' queue (priority 1 there too), QueueWait
 	// from PostReply's scheduling to its start on the Zendesk queue (what
@@ -50,15 +46,35 @@ type PriorityLoad struct {
 	QueueWait     Latency `json:"post_reply_zendesk_queue_wait"`
 	IdleStartWait Latency `json:"idle_start_to_first_workflow_task"`
 	IdleQueueWait Latency `json:"idle_post_reply_zendesk_queue_wait"`
+	// Backlog is the Zendesk queue's backlog (Temporal's approximate
+	// count, refreshed every few seconds: reads waiting to be handed out)
+	// just before each loaded approval: its least and greatest;
+	// BacklogAgeMax the oldest waiting read's age at those moments. First
+	// come, first served, a write queued behind Backlog reads would wait
+	// Backlog / ZendeskActivitiesPerSecond.
+	BacklogMin    int64    `json:"zendesk_backlog_min"`
+	BacklogMax    int64    `json:"zendesk_backlog_max"`
+	BacklogAgeMax Duration `json:"zendesk_backlog_age_max"`
 	// Saturated counts the loaded approvals made with at least
-	// SaturatedAt reads waiting in the queue.
+	// SaturatedAt reads waiting: enough that first come, first served
+	// would have missed the goal.
 	Saturated   int `json:"saturated_approvals"`
 	SaturatedAt int `json:"saturated_at_backlog"`
 	// ZendeskMaxPerMinute is the most requests the stand-in saw in any
-	// 60 s window of the phase; Throttled its 429s.
+	// 60 s window from the scan on; Throttled its 429s.
 	ZendeskMaxPerMinute int `json:"zendesk_max_per_minute"`
 	Throttled           int `json:"throttled"`
 }
+
+// priorityZendeskPerMinute is the Zendesk limit the priority phase runs
+// under: the production setting (SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE
+// in deploy/kubernetes and docker-compose.yml, Zendesk's Team plan), one
+// activity a second on the zendesk queue. The worker's Zendesk
+// concurrency is production's too.
+const (
+	priorityZendeskPerMinute   = 200
+	priorityZendeskConcurrency = 8
+)
 
 // priorityGoal is how much later than with the queue idle an approved
 // reply may be posted while a scan saturates the queue (p95 against p95).
@@ -70,82 +86,91 @@ func (p PriorityLoad) Met() bool {
 	return p.Loaded.N > 0 && time.Duration(p.Loaded.P95) <= time.Duration(p.Idle.P95)+priorityGoal
 }
 
-// measurePriority seeds tickets that all need a draft, starts a worker
-// under the scan's limits (Zendesk 3,000 a minute, the model four at once
-// at 300 ms a call), times approvals one at a time with the queues idle,
-// then starts scans of the tickets as the schedule does (priority 4; their
-// drafts run at 3) and, once the drafts' ticket reads are waiting in the
-// Zendesk queue, times the same approvals (priority 1) again. The drafts
-// are left where they are when the worker stops: the phase measures the
-// approvals, not the scan (the scan row does).
+// measurePriority seeds tickets that all need a draft and starts a worker
+// under production's Zendesk limit (and the scan row's model: four at
+// once, 300 ms a call). It times approvals one at a time with the queues
+// idle, then starts scans of the tickets as the schedule does (priority 4;
+// their drafts run at 3) and, once the drafts' ticket reads fill the
+// Zendesk queue, times the same approvals (priority 1) again. The phase
+// measures the approvals, not the scan (the scan row does): the scans stop
+// when the approvals are done, and the drafts stay where they are when
+// the worker stops.
 func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (PriorityLoad, error) {
-	res := PriorityLoad{ScanTickets: tickets, ZendeskPerMinute: scanZendeskPerMinute,
-		// The worker's pacing of the zendesk queue (config.ResourceLimit):
-		// a tenth under the limit, spread over the minute, an activity
-		// making up to three calls.
-		ZendeskActivitiesPerSecond: 0.9 * scanZendeskPerMinute / 60 / 3,
-		// A second's worth of reads waiting: first come, first served, a
-		// write queued now would wait at least a second.
-		SaturatedAt: 15}
+	// The worker's pacing of the zendesk queue (config.ResourceLimit): a
+	// tenth under the limit, spread over the minute, an activity making
+	// up to three calls.
+	rate := 0.9 * priorityZendeskPerMinute / 60 / 3
+	res := PriorityLoad{ScanTickets: tickets, ZendeskPerMinute: priorityZendeskPerMinute, ZendeskActivitiesPerSecond: rate,
+		// First come, first served, a write queued behind this many reads
+		// would wait the goal's 2 s or more.
+		SaturatedAt: int(math.Ceil(priorityGoal.Seconds() * rate)),
+		// Approvals a token apart, so none waits on the one before it.
+		Gap: Duration(max(500*time.Millisecond, time.Duration(float64(time.Second)/rate)+100*time.Millisecond))}
 	base := time.Now().UnixNano()%1e9*1000 + 700_000_000_000
 	if err := seedScanTickets(ctx, s, base, tickets); err != nil {
 		return res, err
 	}
-	stopLimits, err := startLimitedWorker(s)
+	stop, err := startLimitedWorker(s, priorityZendeskPerMinute, fmt.Sprintf("SUPPORTFLOW_ZENDESK_CONCURRENCY=%d", priorityZendeskConcurrency))
 	if err != nil {
 		return res, err
 	}
-	defer stopLimits()
+	defer stop()
 
 	zendeskQueue := policy.ResourceQueue(benchQueue, policy.ResourceZendesk)
-	one := func(label string, i int) (time.Duration, error) {
-		ticket := s.zd.AddTicket(standin.Ticket{Subject: "bench", Description: "hi"})
-		id := fmt.Sprintf("%s-%d-%d", label, base, i)
-		p := supportflow.Proposal{ID: id, Actions: []supportflow.Action{{TicketID: ticket, Comment: &supportflow.Comment{Body: "Done.", Public: true}}}}
-		t0 := time.Now()
-		if _, err := s.starter.ExecuteProposal(ctx, p, "bench"); err != nil {
-			return 0, err
+	// approve approves n one-reply proposals one at a time, Gap apart, and
+	// times each from the approval to the comment at the stand-in; before
+	// each, it calls before.
+	approve := func(label string, n int, before func() error) (Latency, error) {
+		var ds []time.Duration
+		began := time.Now()
+		for i := range n {
+			if i > 0 {
+				time.Sleep(time.Duration(res.Gap))
+			}
+			if before != nil {
+				if err := before(); err != nil {
+					return Latency{}, err
+				}
+			}
+			ticket := s.zd.AddTicket(standin.Ticket{Subject: "bench", Description: "hi"})
+			id := fmt.Sprintf("%s-%d-%d", label, base, i)
+			p := supportflow.Proposal{ID: id, Actions: []supportflow.Action{{TicketID: ticket, Comment: &supportflow.Comment{Body: "Done.", Public: true}}}}
+			t0 := time.Now()
+			if _, err := s.starter.ExecuteProposal(ctx, p, "bench"); err != nil {
+				return Latency{}, err
+			}
+			if _, err := s.starter.WaitExecution(ctx, id); err != nil {
+				return Latency{}, err
+			}
+			cs := s.zd.Comments(ticket)
+			if len(cs) != 1 {
+				return Latency{}, fmt.Errorf("priority: ticket %d has %d comments after one approval", ticket, len(cs))
+			}
+			ds = append(ds, cs[0].At.Sub(t0))
 		}
-		if _, err := s.starter.WaitExecution(ctx, id); err != nil {
-			return 0, err
-		}
-		cs := s.zd.Comments(ticket)
-		if len(cs) != 1 {
-			return 0, fmt.Errorf("priority: ticket %d has %d comments after one approval", ticket, len(cs))
-		}
-		return cs[0].At.Sub(t0), nil
+		return summarize(ds, 1, time.Since(began)), nil
 	}
-	for i := range 3 { // warm the new worker
-		if _, err := one("prio-warm", i); err != nil {
-			return res, err
-		}
+	if _, err := approve("prio-warm", 3, nil); err != nil { // warm the new worker
+		return res, err
 	}
-	began := time.Now()
-	var idle []time.Duration
-	for i := range approvals {
-		d, err := one("prio-idle", i)
-		if err != nil {
-			return res, err
-		}
-		idle = append(idle, d)
+	if res.Idle, err = approve("prio-idle", approvals, nil); err != nil {
+		return res, err
 	}
-	res.Idle = summarize(idle, 1, time.Since(began))
 	if res.IdleStartWait, res.IdleQueueWait, err = waits(ctx, s, "prio-idle", base, approvals, zendeskQueue); err != nil {
 		return res, err
 	}
 
 	// The scans, as the schedule starts them (priority 4; their drafts
-	// run at 3), one after another until every ticket's draft has started
-	// (a scan starts at most MaxScanLimit, and finds again the tickets
-	// whose drafts are still running) or the approvals are done.
-	s.zd.SetRateLimit(scanZendeskPerMinute, time.Minute) // count the phase's requests from here
+	// run at 3), one after another while they start drafts: a scan starts
+	// at most MaxScanLimit, and the next finds the same tickets again
+	// while their drafts wait for the queue.
+	s.zd.SetRateLimit(priorityZendeskPerMinute, time.Minute) // count the requests from here
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
 	scanned := make(chan error, 1)
 	rounds := 0
 	go func() {
-		started := 0
-		for ; started < tickets; rounds++ {
+		for ; res.DraftsStarted < tickets; rounds++ {
 			run, err := s.temporal.ExecuteWorkflow(scanCtx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-prio-scan-%d-%d", base, rounds), TaskQueue: benchQueue,
 				Priority: temporal.Priority{PriorityKey: supportflow.PriorityBackground}},
 				supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: supportflow.MaxScanLimit})
@@ -158,31 +183,24 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 				scanned <- err
 				return
 			}
-			started += len(sr.Started)
+			res.DraftsStarted += len(sr.Started)
 			if len(sr.Started) == 0 {
-				select {
-				case <-scanCtx.Done():
-				case <-time.After(time.Second):
-				}
+				break
 			}
 		}
 		scanned <- nil
 	}()
 
-	// Wait for the drafts' reads to fill the queue (at most the time the
-	// queue takes to read every ticket).
-	deadline := time.Now().Add(min(2*time.Minute, time.Duration(float64(tickets)/res.ZendeskActivitiesPerSecond*float64(time.Second))))
+	// Approve once the drafts' reads fill the queue: a minute of them (at
+	// most half the tickets), or after two minutes whatever there is.
+	fill := int64(min(int(60*rate), tickets/2))
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		n, _, err := backlog(ctx, s, zendeskQueue)
 		if err != nil {
 			return res, err
 		}
-		if os.Getenv("BENCH_DEBUG") != "" {
-			d, _ := s.temporal.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{Namespace: s.namespace,
-				TaskQueue: &taskqueuepb.TaskQueue{Name: zendeskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL}, TaskQueueType: enumspb.TASK_QUEUE_TYPE_ACTIVITY, ReportStats: true, ReportConfig: true})
-			fmt.Fprintf(s.log, "DEBUG %s backlog %d add %.1f dispatch %.1f zd=%+v\n", time.Now().Format("15:04:05.000"), n, d.GetStats().GetTasksAddRate(), d.GetStats().GetTasksDispatchRate(), s.zd.Load())
-		}
-		if n >= int64(res.SaturatedAt) {
+		if n >= fill {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -191,51 +209,39 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	var loaded []time.Duration
 	var backlogs []int64
-	began = time.Now()
-	for i := range approvals {
+	if res.Loaded, err = approve("prio-loaded", approvals, func() error {
 		n, age, err := backlog(ctx, s, zendeskQueue)
 		if err != nil {
-			return res, err
+			return err
 		}
 		backlogs = append(backlogs, n)
 		res.BacklogAgeMax = max(res.BacklogAgeMax, Duration(age))
 		if n >= int64(res.SaturatedAt) {
 			res.Saturated++
 		}
-		d, err := one("prio-loaded", i)
-		if err != nil {
-			return res, err
-		}
-		if os.Getenv("BENCH_DEBUG") != "" {
-			fmt.Fprintf(s.log, "DEBUG %s approval %d: backlog %d age %s -> %s\n", time.Now().Format("15:04:05.000"), i, n, age, d)
-		}
-		loaded = append(loaded, d)
-		// Spread the approvals over the scan's burst.
-		time.Sleep(500 * time.Millisecond)
+		return nil
+	}); err != nil {
+		return res, err
 	}
-	res.Loaded = summarize(loaded, 1, time.Since(began))
 	res.BacklogMin, res.BacklogMax = slices.Min(backlogs), slices.Max(backlogs)
 	zd := s.zd.Load()
 	res.ZendeskMaxPerMinute, res.Throttled = zd.MaxInWindow, zd.Throttled
 	if res.StartWait, res.QueueWait, err = waits(ctx, s, "prio-loaded", base, approvals, zendeskQueue); err != nil {
 		return res, err
 	}
-	// The scans stop here, so that nothing runs on after the phase: a
-	// scan still starting drafts is terminated, and the drafts it started
-	// stay where they are when the worker stops.
+	// The scans stop here, so that nothing runs on after the phase.
 	select {
-	case err := <-scanned: // every draft started before the approvals were done
+	case err := <-scanned:
 		if err != nil {
 			return res, err
 		}
 	default:
 		cancelScan()
 		<-scanned
-	}
-	for round := 0; round <= rounds; round++ {
-		_ = s.temporal.TerminateWorkflow(ctx, fmt.Sprintf("bench-prio-scan-%d-%d", base, round), "", "bench: the priority phase is over")
+		for round := 0; round <= rounds; round++ {
+			_ = s.temporal.TerminateWorkflow(ctx, fmt.Sprintf("bench-prio-scan-%d-%d", base, round), "", "bench: the priority phase is over")
+		}
 	}
 	return res, nil
 }

@@ -89,12 +89,13 @@ func printTable(w io.Writer, r Results) {
 		sc := c.Scan
 		return sc.Throttled == 0 && sc.ZendeskMaxPerMinute <= sc.ZendeskPerMinute && sc.ModelPeak <= sc.ModelConcurrency
 	})
-	row(fmt.Sprintf("   approve -> reply posted while a scan of %d saturates the Zendesk queue", r.Priority.ScanTickets), true, func(c Results) string {
+	row(fmt.Sprintf("   approve -> reply posted while a scan of %d saturates the Zendesk queue (%d/min)", r.Priority.ScanTickets, r.Priority.ZendeskPerMinute), true, func(c Results) string {
 		pr := c.Priority
-		return fmt.Sprintf("p50 %s  p95 %s  max %s  (n=%d; idle: p50 %s  p95 %s  max %s); Zendesk backlog %d-%d reads (%.0f-%.0f s of reads first come, first served), %d/%d approvals saturated; %d refused",
+		return fmt.Sprintf("p50 %s  p95 %s  max %s  (n=%d; idle: p50 %s  p95 %s  max %s); PostReply's wait in the queue p50 %s, max %s; "+
+			"%d drafts started, backlog %d-%d reads (oldest %.0f s), %d/%d approvals behind >= %d; %d refused",
 			ms(pr.Loaded.P50), ms(pr.Loaded.P95), ms(pr.Loaded.Max), pr.Loaded.N, ms(pr.Idle.P50), ms(pr.Idle.P95), ms(pr.Idle.Max),
-			pr.BacklogMin, pr.BacklogMax, float64(pr.BacklogMin)/max(pr.ZendeskActivitiesPerSecond, 1), float64(pr.BacklogMax)/max(pr.ZendeskActivitiesPerSecond, 1),
-			pr.Saturated, pr.Loaded.N, pr.Throttled)
+			ms(pr.QueueWait.P50), ms(pr.QueueWait.Max),
+			pr.DraftsStarted, pr.BacklogMin, pr.BacklogMax, time.Duration(pr.BacklogAgeMax).Seconds(), pr.Saturated, pr.Loaded.N, pr.SaturatedAt, pr.Throttled)
 	}, "p95 within 2 s of idle", func(c Results) bool { return c.Priority.Met() })
 	row("5. one ticket's lifecycle", true, func(c Results) string {
 		lc := c.Lifecycle

@@ -49,7 +49,7 @@ func measureScan(ctx context.Context, s *stack, tickets int) (ScanLoad, error) {
 	if err := seedScanTickets(ctx, s, base, tickets); err != nil {
 		return res, err
 	}
-	stop, err := startLimitedWorker(s)
+	stop, err := startLimitedWorker(s, scanZendeskPerMinute)
 	if err != nil {
 		return res, err
 	}
@@ -111,18 +111,19 @@ SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - i
 }
 
 // startLimitedWorker puts the stand-ins under the scan's limits (Zendesk
-// refuses over scanZendeskPerMinute, the model answers in 300 ms) and
-// starts a worker configured for them; stop stops it and lifts them.
-func startLimitedWorker(s *stack) (stop func(), err error) {
-	s.zd.SetRateLimit(scanZendeskPerMinute, time.Minute)
+// refuses over zendeskPerMinute, the model answers in 300 ms) and starts a
+// worker configured for them, plus extra settings; stop stops it and lifts
+// them.
+func startLimitedWorker(s *stack, zendeskPerMinute int, extra ...string) (stop func(), err error) {
+	s.zd.SetRateLimit(zendeskPerMinute, time.Minute)
 	s.model.SetRateLimit(0, time.Minute)
 	s.model.Inject(standin.ModelFault{Delay: 300 * time.Millisecond, Times: -1})
 	lift := func() {
 		s.zd.SetRateLimit(0, time.Minute)
 		s.model.ClearFaults()
 	}
-	if err := s.startWorker(fmt.Sprintf("SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=%d", scanZendeskPerMinute),
-		fmt.Sprintf("SUPPORTFLOW_MODEL_CONCURRENCY=%d", scanModelConcurrency)); err != nil {
+	if err := s.startWorker(append([]string{fmt.Sprintf("SUPPORTFLOW_ZENDESK_REQUESTS_PER_MINUTE=%d", zendeskPerMinute),
+		fmt.Sprintf("SUPPORTFLOW_MODEL_CONCURRENCY=%d", scanModelConcurrency)}, extra...)...); err != nil {
 		lift()
 		return nil, err
 	}

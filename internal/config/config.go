@@ -227,23 +227,23 @@ func LoadWorker() (Worker, error) {
 		return def
 	}
 	c := Worker{
-		DatabaseURL:        get("DATABASE_URL", ""),
-		TaskQueue:          get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
-		ZendeskURL:         get("ZENDESK_URL", ""),
-		ZendeskSubdomain:   get("ZENDESK_SUBDOMAIN", ""),
-		ZendeskEmail:       get("ZENDESK_EMAIL", ""),
-		SubscriptionsURL:   get("SUBSCRIPTIONS_URL", ""),
-		ModelBaseURL:       get("MODEL_BASE_URL", "https://api.openai.com/v1"),
-		ModelName:          get("MODEL_NAME", "gpt-4o-mini"),
-		BigQueryProject:    get("BIGQUERY_PROJECT", ""),
-		BigQueryDataset:    get("BIGQUERY_DATASET", ""),
-		BigQueryLocation:   get("BIGQUERY_LOCATION", "US"),
-		BigQueryEndpoint:   get("BIGQUERY_ENDPOINT", ""),
-		EnrichmentMode:     get("SUPPORTFLOW_ENRICHMENT_MODE", supportflow.EnrichmentShadow),
-		Account:            get("SUPPORTFLOW_ACCOUNT", ""),
-		LogLevel:           get("SUPPORTFLOW_LOG_LEVEL", "info"),
-		MetricsAddr:        os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
-		OTLPEndpoint:       get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		DatabaseURL:      get("DATABASE_URL", ""),
+		TaskQueue:        get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
+		ZendeskURL:       get("ZENDESK_URL", ""),
+		ZendeskSubdomain: get("ZENDESK_SUBDOMAIN", ""),
+		ZendeskEmail:     get("ZENDESK_EMAIL", ""),
+		SubscriptionsURL: get("SUBSCRIPTIONS_URL", ""),
+		ModelBaseURL:     get("MODEL_BASE_URL", "https://api.openai.com/v1"),
+		ModelName:        get("MODEL_NAME", "gpt-4o-mini"),
+		BigQueryProject:  get("BIGQUERY_PROJECT", ""),
+		BigQueryDataset:  get("BIGQUERY_DATASET", ""),
+		BigQueryLocation: get("BIGQUERY_LOCATION", "US"),
+		BigQueryEndpoint: get("BIGQUERY_ENDPOINT", ""),
+		EnrichmentMode:   get("SUPPORTFLOW_ENRICHMENT_MODE", supportflow.EnrichmentShadow),
+		Account:          get("SUPPORTFLOW_ACCOUNT", ""),
+		LogLevel:         get("SUPPORTFLOW_LOG_LEVEL", "info"),
+		MetricsAddr:      os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
+		OTLPEndpoint:     get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 	}
 	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
 		c.MetricsAddr = ":9090"
@@ -522,13 +522,13 @@ func LoadAPI() (API, error) {
 		return def
 	}
 	c := API{
-		DatabaseURL:   get("DATABASE_URL", ""),
-		TaskQueue:     get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
-		Account:       accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
-		Addr:          get("SUPPORTFLOW_API_ADDR", ":8080"),
-		LogLevel:      get("SUPPORTFLOW_LOG_LEVEL", "info"),
-		MetricsAddr:   os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
-		OTLPEndpoint:  get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+		DatabaseURL:  get("DATABASE_URL", ""),
+		TaskQueue:    get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
+		Account:      accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
+		Addr:         get("SUPPORTFLOW_API_ADDR", ":8080"),
+		LogLevel:     get("SUPPORTFLOW_LOG_LEVEL", "info"),
+		MetricsAddr:  os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
+		OTLPEndpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 	}
 	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
 		c.MetricsAddr = ":9090"
@@ -747,7 +747,7 @@ func LoadGateway() (Gateway, error) {
 	}
 	if tokens := splitList(raw); len(tokens) == 0 && err == nil {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_TOKENS is required (a token worker api accepts)", ErrConfig))
-	} else {
+	} else if len(tokens) > 0 {
 		g.Token = tokens[0]
 	}
 	if g.HTTP, err = HTTPTimeouts(); err != nil {

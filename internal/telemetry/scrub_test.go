@@ -3,9 +3,9 @@ package telemetry
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
