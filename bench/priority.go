@@ -24,10 +24,10 @@ import (
 // same worker under the same limits.
 type PriorityLoad struct {
 	ScanTickets int `json:"scan_tickets"`
-	// DraftsStarted is how many drafts the scans started before the
+	// DraftsStarted is how many drafts the scans had started when the
 	// approvals were done.
-	DraftsStarted    int `json:"drafts_started"`
-	ZendeskPerMinute int `json:"zendesk_limit_per_minute"`
+	DraftsStarted    int64 `json:"drafts_started"`
+	ZendeskPerMinute int   `json:"zendesk_limit_per_minute"`
 	// ZendeskActivitiesPerSecond is the Zendesk queue's server-enforced
 	// activity rate the worker asks for at that limit.
 	ZendeskActivitiesPerSecond float64 `json:"zendesk_activities_per_second"`
@@ -168,9 +168,9 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
 	scanned := make(chan error, 1)
-	rounds := 0
+	rounds, scanBegan := 0, time.Now()
 	go func() {
-		for ; res.DraftsStarted < tickets; rounds++ {
+		for started := 0; started < tickets; rounds++ {
 			run, err := s.temporal.ExecuteWorkflow(scanCtx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-prio-scan-%d-%d", base, rounds), TaskQueue: benchQueue,
 				Priority: temporal.Priority{PriorityKey: supportflow.PriorityBackground}},
 				supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: supportflow.MaxScanLimit})
@@ -183,7 +183,7 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 				scanned <- err
 				return
 			}
-			res.DraftsStarted += len(sr.Started)
+			started += len(sr.Started)
 			if len(sr.Started) == 0 {
 				break
 			}
@@ -227,6 +227,12 @@ func measurePriority(ctx context.Context, s *stack, tickets, approvals int) (Pri
 	res.BacklogMin, res.BacklogMax = slices.Min(backlogs), slices.Max(backlogs)
 	zd := s.zd.Load()
 	res.ZendeskMaxPerMinute, res.Throttled = zd.MaxInWindow, zd.Throttled
+	drafts, err := s.temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.namespace,
+		Query: fmt.Sprintf("WorkflowType = '%s' AND StartTime >= '%s'", supportflow.DraftReplyWorkflow, scanBegan.UTC().Format(time.RFC3339Nano))})
+	if err != nil {
+		return res, err
+	}
+	res.DraftsStarted = drafts.GetCount()
 	if res.StartWait, res.QueueWait, err = waits(ctx, s, "prio-loaded", base, approvals, zendeskQueue); err != nil {
 		return res, err
 	}
