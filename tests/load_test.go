@@ -71,7 +71,9 @@ SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - i
 			supportflow.ScanTicketsWorkflow, supportflow.ScanRequest{Limit: supportflow.MaxScanLimit})
 		require.NoError(t, err)
 		var res supportflow.ScanResult
-		scanCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		// A bound for a loaded 2-core machine (a scan starts its drafts in
+		// well under a minute on a quiet one).
+		scanCtx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		require.NoError(t, run.Get(scanCtx, &res))
 		cancel()
 		require.LessOrEqual(t, len(res.Candidates), supportflow.MaxScanLimit, "a scan takes at most its limit")
@@ -86,7 +88,7 @@ SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - i
 			t.Logf("%s: %d of %d drafted; Zendesk %+v; model %+v", time.Since(start).Round(time.Second), n, tickets, s.zd.Load(), s.model.Load())
 		}
 		return n == tickets
-	}, 6*time.Minute, time.Second, "every ticket was drafted")
+	}, 12*time.Minute, time.Second, "every ticket was drafted")
 	took := time.Since(start)
 
 	zd, mdl := s.zd.Load(), s.model.Load()
@@ -98,7 +100,10 @@ SELECT $1, id, 'Where is my order?', 'open', now() - interval '1 day', now() - i
 	assert.LessOrEqual(t, zd.MaxInWindow, zendeskPerMinute/6)
 	assert.LessOrEqual(t, mdl.PeakInFlight, 2*modelConcurrency, "two workers, %d model calls each at most", modelConcurrency)
 	assert.LessOrEqual(t, zd.PeakInFlight, 2*zendeskWorkerCap)
-	assert.Equal(t, tickets, mdl.Requests, "one model call a draft")
+	// One model call a draft; on a starved machine an attempt whose
+	// heartbeat (2 s in the tests) was missed is retried, so a few more.
+	assert.GreaterOrEqual(t, mdl.Requests, tickets, "every draft called the model")
+	assert.LessOrEqual(t, mdl.Requests, tickets+tickets/100, "one model call a draft, give or take a retried attempt")
 	// The model's cap held it back (a slow model, a queue of drafts).
 	assert.Equal(t, 2*modelConcurrency, mdl.PeakInFlight, "the model's concurrency was the bound")
 }
