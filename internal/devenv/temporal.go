@@ -188,10 +188,16 @@ func pingTemporal(ctx context.Context, address, namespace string) error {
 		return err
 	}
 	defer c.Close()
+	return pingClient(ctx, c, namespace)
+}
+
+// pingClient checks the server's health through c and describes the
+// namespace.
+func pingClient(ctx context.Context, c client.Client, namespace string) error {
 	if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 		return err
 	}
-	_, err = c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+	_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
 	return err
 }
 

@@ -267,13 +267,7 @@ func setUpNamespace(ctx context.Context, t *Temporal, conn temporalconn.Settings
 			return err
 		}
 	}
-	return step("describing the namespace", func(ctx context.Context) error {
-		if _, err := c.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-			return err
-		}
-		_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: "default"})
-		return err
-	})
+	return step("describing the namespace", func(ctx context.Context) error { return pingClient(ctx, c, "default") })
 }
 
 // EnsureTemporalServer returns a directory holding the server ("server")

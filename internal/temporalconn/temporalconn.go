@@ -218,8 +218,7 @@ func (s Settings) Apply(o *client.Options) error {
 	}
 	switch {
 	case s.APIKeyFile != "":
-		f := &keyFile{path: s.APIKeyFile}
-		o.Credentials = client.NewAPIKeyDynamicCredentials(f.get)
+		o.Credentials = client.NewAPIKeyDynamicCredentials(apiKeyFile(s.APIKeyFile))
 	case s.APIKey != "":
 		o.Credentials = client.NewAPIKeyStaticCredentials(s.APIKey)
 	}
@@ -244,8 +243,11 @@ func (s Settings) TLSConfig() (*tls.Config, error) {
 		if _, err := s.loadClientCert(); err != nil {
 			return nil, fmt.Errorf("%w: client certificate: %v", ErrConfig, err)
 		}
-		r := &certReloader{s: s}
-		cfg.GetClientCertificate = r.get
+		cert := &reloading[*tls.Certificate]{paths: []string{s.ClientCertPath, s.ClientKeyPath}, load: func() (*tls.Certificate, error) {
+			c, err := s.loadClientCert()
+			return &c, err
+		}}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.get() }
 	}
 	return cfg, nil
 }
@@ -285,58 +287,52 @@ func (s Settings) loadClientCert() (tls.Certificate, error) {
 	return c, nil
 }
 
-// certReloader reads the client certificate again when its files change,
-// so a renewed certificate is used at the next handshake.
-type certReloader struct {
-	s     Settings
+// reloading is a value read from files, read again when one of them
+// changes, so a renewed certificate or a rotated key is used from the next
+// handshake or call. A read that fails after one succeeded (a file caught
+// half written) keeps the last good value.
+type reloading[T any] struct {
+	paths []string
+	load  func() (T, error)
+
 	mu    sync.Mutex
 	stamp string
-	cert  *tls.Certificate
+	ok    bool
+	v     T
 }
 
-func (r *certReloader) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+func (r *reloading[T]) get() (T, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	stamp := fileStamp(r.s.ClientCertPath) + "|" + fileStamp(r.s.ClientKeyPath)
-	if r.cert != nil && stamp == r.stamp {
-		return r.cert, nil
+	var stamp strings.Builder
+	for _, p := range r.paths {
+		stamp.WriteString(fileStamp(p) + "|")
 	}
-	c, err := r.s.loadClientCert()
+	if r.ok && stamp.String() == r.stamp {
+		return r.v, nil
+	}
+	v, err := r.load()
 	if err != nil {
-		if r.cert != nil {
-			// A renewal caught half-written: keep the pair that worked.
-			return r.cert, nil
+		if r.ok {
+			return r.v, nil
 		}
-		return nil, err
+		return v, err
 	}
-	r.cert, r.stamp = &c, stamp
-	return r.cert, nil
+	r.v, r.stamp, r.ok = v, stamp.String(), true
+	return v, nil
 }
 
-// keyFile is an API key file, read again when it changes.
-type keyFile struct {
-	path  string
-	mu    sync.Mutex
-	stamp string
-	key   string
-}
-
-func (f *keyFile) get(context.Context) (string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	stamp := fileStamp(f.path)
-	if f.key != "" && stamp == f.stamp {
-		return f.key, nil
-	}
-	k, err := readAPIKey(f.path)
-	if err != nil {
-		if f.key != "" {
-			return f.key, nil
+// apiKeyFile is the API key credential read from the file at path, read
+// again when it changes.
+func apiKeyFile(path string) func(context.Context) (string, error) {
+	r := &reloading[string]{paths: []string{path}, load: func() (string, error) {
+		k, err := readAPIKey(path)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s: %v", ErrConfig, EnvAPIKeyFile, err)
 		}
-		return "", fmt.Errorf("%w: %s: %v", ErrConfig, EnvAPIKeyFile, err)
-	}
-	f.key, f.stamp = k, stamp
-	return k, nil
+		return k, nil
+	}}
+	return func(context.Context) (string, error) { return r.get() }
 }
 
 func readAPIKey(path string) (string, error) {
