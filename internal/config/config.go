@@ -96,11 +96,8 @@ var Vars = slices.Concat([]Var{
 type Worker struct {
 	DatabaseURL string
 	// Temporal is how the worker connects to Temporal (address,
-	// namespace, TLS, API key); TemporalAddress and TemporalNamespace
-	// repeat its first two.
+	// namespace, TLS, API key).
 	Temporal           temporalconn.Settings
-	TemporalAddress    string
-	TemporalNamespace  string
 	TaskQueue          string
 	ZendeskURL         string
 	ZendeskSubdomain   string
@@ -252,7 +249,7 @@ func LoadWorker() (Worker, error) {
 	if t, err := TemporalSettings(); err != nil {
 		errs = append(errs, err)
 	} else {
-		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
+		c.Temporal = t
 	}
 	for name, dst := range map[string]*string{"ZENDESK_API_TOKEN": &c.ZendeskAPIToken, "SUBSCRIPTIONS_TOKEN": &c.SubscriptionsToken, "MODEL_API_KEY": &c.ModelAPIKey} {
 		v, err := SecretEnv(name)
@@ -469,13 +466,11 @@ var APIVars = []Var{
 
 // API is the HTTP API's configuration.
 type API struct {
-	DatabaseURL       string
-	Temporal          temporalconn.Settings
-	TemporalAddress   string
-	TemporalNamespace string
-	TaskQueue         string
-	Account           string
-	Addr              string
+	DatabaseURL string
+	Temporal    temporalconn.Settings
+	TaskQueue   string
+	Account     string
+	Addr        string
 	// Tokens are the API's named bearer tokens with their roles.
 	Tokens            []api.Token
 	WebhookSecret     string
@@ -537,7 +532,7 @@ func LoadAPI() (API, error) {
 	if t, err := TemporalSettings(); err != nil {
 		errs = append(errs, err)
 	} else {
-		c.Temporal, c.TemporalAddress, c.TemporalNamespace = t, t.Address, t.Namespace
+		c.Temporal = t
 	}
 	var err error
 	if c.WebhookSecret, err = SecretEnv("ZENDESK_WEBHOOK_SECRET"); err != nil {

@@ -34,7 +34,7 @@ func TestLoadWorker_Defaults(t *testing.T) {
 	setAll(t)
 	c, err := LoadWorker()
 	require.NoError(t, err)
-	assert.Equal(t, "localhost:7233", c.TemporalAddress)
+	assert.Equal(t, "localhost:7233", c.Temporal.Address)
 	assert.Equal(t, "supportflow", c.TaskQueue)
 	assert.Equal(t, "zd.test:8080", c.Account, "the account defaults to the Zendesk host")
 	assert.Equal(t, policy.Defaults(), c.Durations)

@@ -507,8 +507,8 @@ func TestCompose_SetupSteps(t *testing.T) {
 		assert.Regexp(t, `ensure_search_attribute `+name+` `+typ+`\b`, script, "the setup step does not register %s (%s)", name, typ)
 	}
 	w := workerConfig(t, p)
-	assert.Equal(t, w.TemporalNamespace, env(setup)["TEMPORAL_NAMESPACE"], "the setup step's namespace")
-	assert.Equal(t, w.TemporalAddress, env(setup)["TEMPORAL_ADDRESS"], "the setup step's frontend")
+	assert.Equal(t, w.Temporal.Namespace, env(setup)["TEMPORAL_NAMESPACE"], "the setup step's namespace")
+	assert.Equal(t, w.Temporal.Address, env(setup)["TEMPORAL_ADDRESS"], "the setup step's frontend")
 }
 
 // readMountedScript reads the script a one-shot service runs: the file its
@@ -610,13 +610,13 @@ func TestCompose_Configuration(t *testing.T) {
 	}
 	w := workerConfig(t, p)
 	a := apiConfig(t, p)
-	host, port, err := net.SplitHostPort(w.TemporalAddress)
+	host, port, err := net.SplitHostPort(w.Temporal.Address)
 	require.NoError(t, err)
 	assert.Equal(t, temporalService, host)
 	assert.Equal(t, "7233", port)
-	assert.Equal(t, w.TemporalAddress, a.TemporalAddress)
-	assert.Equal(t, w.TemporalNamespace, a.TemporalNamespace)
-	assert.Equal(t, w.TemporalAddress, env(service(t, p, temporalUIService))["TEMPORAL_ADDRESS"], "the Web UI's frontend")
+	assert.Equal(t, w.Temporal.Address, a.Temporal.Address)
+	assert.Equal(t, w.Temporal.Namespace, a.Temporal.Namespace)
+	assert.Equal(t, w.Temporal.Address, env(service(t, p, temporalUIService))["TEMPORAL_ADDRESS"], "the Web UI's frontend")
 	assert.Equal(t, w.Account, a.Account, "the API would look for approvals in another ledger")
 	assert.Equal(t, w.PayloadKeys.IDs(), a.PayloadKeys.IDs(), "the worker and the API seal with different keys")
 

@@ -344,7 +344,7 @@ func apiServer(t *testing.T, cfg config.API) http.Handler {
 	t.Cleanup(pool.Close)
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
-		Codec: &codec.Codec{Keys: cfg.PayloadKeys}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
+		Codec: &codec.Codec{Keys: cfg.PayloadKeys}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.Temporal.Namespace},
 		&starter.Starter{}, ledger.New(pool, cfg.Account), pool, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)

@@ -46,7 +46,7 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
 		ReadTimeout: cfg.HTTP.Read, WriteTimeout: cfg.HTTP.Write, MaxStreamsPerToken: cfg.MaxStreamsPerToken, KeepAlive: cfg.SSEKeepAlive,
-		Codec: &codec.Codec{Keys: cfg.PayloadKeys, AllowEncode: cfg.CodecAllowEncode}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.TemporalNamespace},
+		Codec: &codec.Codec{Keys: cfg.PayloadKeys, AllowEncode: cfg.CodecAllowEncode}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.Temporal.Namespace},
 		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: l, Approvals: l, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
 		return err

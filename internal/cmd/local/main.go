@@ -337,7 +337,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	if uiURL != "" {
 		// Closed histories are kept as long as the tables' rows.
 		if _, err := c.WorkflowService().UpdateNamespace(ctx, &workflowservice.UpdateNamespaceRequest{
-			Namespace: cfg.TemporalNamespace,
+			Namespace: cfg.Temporal.Namespace,
 			Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(cfg.Durations.Retention)},
 		}); err != nil {
 			logger.Warn("setting the namespace retention", "error", err)
@@ -352,14 +352,14 @@ func run(ctx context.Context, once bool, stateDir string) error {
 
 	var tickets []int64
 	if st.standins {
-		tickets, err = demo(ctx, s, st, apiURL, demoTok.Secret, apiCfg.WebhookSecret, cfg.TemporalAddress, once)
+		tickets, err = demo(ctx, s, st, apiURL, demoTok.Secret, apiCfg.WebhookSecret, cfg.Temporal.Address, once)
 		if err != nil {
 			return err
 		}
 	}
 	say("ready")
 	if uiURL != "" {
-		link := fmt.Sprintf("%s/namespaces/%s/workflows", uiURL, cfg.TemporalNamespace)
+		link := fmt.Sprintf("%s/namespaces/%s/workflows", uiURL, cfg.Temporal.Namespace)
 		if len(tickets) > 0 {
 			var ids []string
 			for _, t := range tickets {
@@ -376,7 +376,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	if codecGenerated {
 		say("codec: temporal workflow show --address %s -w WORKFLOW_ID --codec-endpoint %s/codec --codec-auth 'Bearer %s'",
-			cfg.TemporalAddress, apiURL, codecToken)
+			cfg.Temporal.Address, apiURL, codecToken)
 	}
 	say("metrics: http://%s/metrics", metricsAddr)
 	say("logs: %s", logFile.Name())
