@@ -6,7 +6,6 @@
 package supportflow
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -47,48 +46,6 @@ const (
 	// SupersedeSignal tells a draft that the customer wrote again
 	// (TicketActivity).
 	SupersedeSignal = "supersede"
-)
-
-// Application error types: what a caller sees in a failed workflow or
-// activity and can match on with temporal.ApplicationError.Type().
-const (
-	// ErrTypeInvalidInput marks bad input; never retried.
-	ErrTypeInvalidInput = "InvalidInput"
-	// ErrTypeRejected marks a permanent refusal by Zendesk or the
-	// subscription service (404, 422 ...); never retried.
-	ErrTypeRejected = "Rejected"
-	// ErrTypeLeaseHeld marks an attempt that found another live claimant
-	// working the action; retried after backoff.
-	ErrTypeLeaseHeld = "LeaseHeld"
-	// ErrTypeLostClaim marks an attempt whose claim was taken over while it
-	// worked; it stopped without writing. Retried (and then deduplicated).
-	ErrTypeLostClaim = "LostClaim"
-	// ErrTypeActionFailed marks an ExecuteProposal that ended with an action
-	// in failed or partial_failure.
-	ErrTypeActionFailed = "ActionFailed"
-	// ErrTypeInvalidModelOutput marks a model answer that is not the JSON
-	// the drafting prompt asks for; the attempt fails and is retried within
-	// the model's budget.
-	ErrTypeInvalidModelOutput = "InvalidModelOutput"
-	// ErrTypeStaleProposal marks an approval or rejection of a proposal
-	// that is not the draft's current one awaiting approval.
-	ErrTypeStaleProposal = "StaleProposal"
-	// ErrTypeDraftFailed marks a draft that could not be produced.
-	ErrTypeDraftFailed = "DraftFailed"
-	// ErrTypeNotApproved marks a leg refused before any write because its
-	// action has no recorded approval, or is not what was approved (an
-	// execution started around the API). Never retried.
-	ErrTypeNotApproved = "NotApproved"
-	// ErrTypeModelQuotaExhausted: the model account is out of quota (429
-	// insufficient_quota); someone must add credit. Not retried.
-	ErrTypeModelQuotaExhausted = "ModelQuotaExhausted"
-	// ErrTypeModelContextTooLong: the prompt exceeded the model's context
-	// window (lower SUPPORTFLOW_MODEL_PROMPT_TOKENS). Not retried.
-	ErrTypeModelContextTooLong = "ModelContextTooLong"
-	// ErrTypeModelTruncated: the answer hit the token limit
-	// (finish_reason length; raise SUPPORTFLOW_MODEL_MAX_TOKENS). Not
-	// retried.
-	ErrTypeModelTruncated = "ModelTruncated"
 )
 
 // ExecuteWorkflowID is the workflow ID of a proposal's execution. It is
@@ -224,10 +181,6 @@ type ActionStatus struct {
 	// (never a service's error text): what a note or a redraft may repeat.
 	Reason string `json:"reason,omitempty"`
 }
-
-// ErrInvalidInput is wrapped by every validation error, so callers can
-// test with errors.Is.
-var ErrInvalidInput = errors.New("invalid input")
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 

@@ -29,7 +29,7 @@ type Zendesk interface {
 	ReadTicket(ctx context.Context, ticketID int64) (zendeskclient.TicketState, error)
 	UpdateTicket(ctx context.Context, ticketID int64, u zendeskclient.Update, actionKey string, stamp zendeskclient.Stamp) (zendeskclient.Landed, error)
 	FindAction(ctx context.Context, ticketID int64, actionKey string, since time.Time, withComment bool) (zendeskclient.Landed, bool, error)
-	Conversation(ctx context.Context, ticketID int64) (zendeskclient.Conversation, error)
+	Conversation(ctx context.Context, ticketID int64) (supportflow.Conversation, error)
 }
 
 // Subscriptions is what the activities need from the subscription service.
@@ -80,31 +80,16 @@ func (a *Activities) log(ctx context.Context) *slog.Logger {
 		"activity", info.ActivityType.Name, "activity_id", info.ActivityID, "attempt", info.Attempt)
 }
 
-// ActionInput names one action of a proposal. Both legs' activities take
-// it, so either can create the action's ledger row.
-type ActionInput struct {
-	Key    string             `json:"key"`
-	Action supportflow.Action `json:"action"`
-	// ReplyLast orders the legs truthfully: the cancellations run first
-	// and the reply only once every one of them succeeded, so a reply never
-	// promises what did not happen. Executions from before run the reply
-	// first.
-	ReplyLast bool `json:"reply_last,omitempty"`
-}
-
 // validate rejects input that can never succeed, before anything is
 // written.
-func (in ActionInput) validate() error {
-	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
+func validate(in supportflow.ActionInput) error {
+	if err := in.Validate(); err != nil {
 		return invalid(err)
-	}
-	if err := in.Action.Validate(); err != nil {
-		return invalid(fmt.Errorf("action %s: %w", in.Key, err))
 	}
 	return nil
 }
 
-func (in ActionInput) reserveRequest(claimant, run string, d policy.Durations) ledger.ReserveRequest {
+func reserveRequest(in supportflow.ActionInput, claimant, run string, d policy.Durations) ledger.ReserveRequest {
 	return ledger.ReserveRequest{
 		Key:      in.Key,
 		TicketID: in.Action.TicketID,
@@ -123,7 +108,7 @@ func (in ActionInput) reserveRequest(claimant, run string, d policy.Durations) l
 // writes without an approval are supportflow's own private notes to the
 // agents (keys under supportflow.NotePrefixes, which no proposal ID may
 // use), a private comment and nothing else.
-func (a *Activities) checkApproved(ctx context.Context, in ActionInput) error {
+func (a *Activities) checkApproved(ctx context.Context, in supportflow.ActionInput) error {
 	if isAttentionNote(in) {
 		return nil
 	}
@@ -143,7 +128,7 @@ func (a *Activities) checkApproved(ctx context.Context, in ActionInput) error {
 
 // isAttentionNote reports whether in is one of supportflow's private notes
 // to the agents.
-func isAttentionNote(in ActionInput) bool {
+func isAttentionNote(in supportflow.ActionInput) bool {
 	proposalID, _, _ := supportflow.ParseActionKey(in.Key)
 	act := in.Action
 	return slices.ContainsFunc(supportflow.NotePrefixes, func(p string) bool { return strings.HasPrefix(proposalID, p) }) &&
@@ -208,7 +193,7 @@ func reserveError(err error) error {
 		return temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeLeaseHeld, err)
 	case errors.Is(err, supportflow.ErrInvalidInput):
 		return invalid(err)
-	case errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, supportflow.ErrConflict):
 		return invalid(err)
 	case errors.Is(err, ledger.ErrSettled):
 		return rejected(err)

@@ -9,9 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // The approver reads, per proposed cancellation, whose plan it is (the
@@ -25,7 +23,7 @@ func TestGenerateDraft_ApproverSeesWhoseSubscriptionAndWhoAsked(t *testing.T) {
 	asked := f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Please cancel my premium plan"})
 	f.h.Subscriptions.AddSubscriptionWithPlan("sub-prem", "cust-ada", "Premium monthly")
 	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
-		ledger.Enrichment{CustomerID: "cust-ada", ActiveSubscriptions: []string{"sub-prem", "sub-gone"}}))
+		supportflow.Enrichment{CustomerID: "cust-ada", ActiveSubscriptions: []string{"sub-prem", "sub-gone"}}))
 	tc := f.load(t, ticket)
 	require.Len(t, tc.Conversation.Comments, 2)
 	commentID := tc.Conversation.Comments[1].ID
@@ -35,7 +33,7 @@ func TestGenerateDraft_ApproverSeesWhoseSubscriptionAndWhoAsked(t *testing.T) {
 		return `{"reply":"Done.","cancel_subscriptions":["sub-prem","sub-gone"],"asked_in":{"sub-prem":` +
 			itoa(commentID) + `,"sub-gone":999999999}}`
 	})
-	v, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-view", Ticket: tc})
+	v, err := f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "p-view", Ticket: tc})
 	require.NoError(t, err)
 	var p supportflow.DraftProposal
 	require.NoError(t, v.Get(&p))

@@ -17,7 +17,6 @@ import (
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/text"
-	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -26,29 +25,6 @@ import (
 type Model interface {
 	Complete(ctx context.Context, msgs []model.Message, onToken func(tokens int)) (model.Completion, error)
 	Model() string
-}
-
-// LoadTicketInput names the ticket a draft (or an evaluation) reads.
-type LoadTicketInput struct {
-	TicketID int64 `json:"ticket_id"`
-	// ForEvaluation cuts the conversation just before the agents' newest
-	// public reply and returns that reply as ActualReply, so a draft of the
-	// earlier conversation can be scored against it.
-	ForEvaluation bool `json:"for_evaluation,omitempty"`
-}
-
-// TicketContext is everything a draft is written from.
-type TicketContext struct {
-	Conversation zendeskclient.Conversation `json:"conversation"`
-	// Enrichment is the customer's commerce data; nil when the ticket has
-	// not been enriched (yet).
-	Enrichment *ledger.Enrichment `json:"enrichment,omitempty"`
-	// ActualReply is the agent's reply a draft is scored against (only
-	// with ForEvaluation).
-	ActualReply string `json:"actual_reply,omitempty"`
-	// OmittedComments counts the middle comments LoadTicket left out to
-	// keep this payload within its bound (ContextBytes); the model is told.
-	OmittedComments int `json:"omitted_comments,omitempty"`
 }
 
 // A TicketContext is a Temporal payload twice per draft (LoadTicket's
@@ -86,10 +62,10 @@ func ContextBytes(promptTokens int) int {
 // reply answers) and as many of the newest as fit. The newest comment is
 // always kept, so c.Through() does not change. It returns how many
 // comments it left out.
-func boundConversation(c *zendeskclient.Conversation, limit int) (omitted int) {
+func boundConversation(c *supportflow.Conversation, limit int) (omitted int) {
 	c.Subject = text.Clip(c.Subject, maxSubjectBytes)
 	c.RequesterName = text.Clip(c.RequesterName, maxNameBytes)
-	size := func(cm zendeskclient.ConversationComment) int { return len(cm.Body) + commentOverhead }
+	size := func(cm supportflow.ConversationComment) int { return len(cm.Body) + commentOverhead }
 	total := len(c.Subject) + len(c.RequesterName)
 	for i := range c.Comments {
 		c.Comments[i].Body = text.Clip(c.Comments[i].Body, limit/2)
@@ -111,7 +87,7 @@ func boundConversation(c *zendeskclient.Conversation, limit int) (omitted int) {
 	mark(n - 1)
 	newestCustomer := -1
 	for i, cm := range c.Comments {
-		if cm.Author == zendeskclient.AuthorCustomer {
+		if cm.Author == supportflow.AuthorCustomer {
 			newestCustomer = i
 		}
 	}
@@ -140,12 +116,12 @@ func boundConversation(c *zendeskclient.Conversation, limit int) (omitted int) {
 // final. A ticket whose conversation has nothing from the customer, or
 // (for evaluation) no agent reply after the customer spoke, is InvalidInput.
 // Everything else is retried under the one policy.
-func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (TicketContext, error) {
+func (a *Activities) LoadTicket(ctx context.Context, in supportflow.LoadTicketInput) (supportflow.TicketContext, error) {
 	if err := supportflow.ValidateTicketID(in.TicketID); err != nil {
-		return TicketContext{}, invalid(err)
+		return supportflow.TicketContext{}, invalid(err)
 	}
 	step := &progressOf[supportflow.DraftProgress]{v: supportflow.DraftProgress{Step: "loading ticket", Attempt: activity.GetInfo(ctx).Attempt}}
-	var out TicketContext
+	var out supportflow.TicketContext
 	err := a.beating(ctx, step.details, nil, func(ctx context.Context) error {
 		callCtx, cancel := context.WithTimeout(ctx, 2*a.Durations.ZendeskCallTimeout)
 		conv, err := a.Zendesk.Conversation(callCtx, in.TicketID)
@@ -154,8 +130,8 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 			return err
 		}
 		for i, c := range conv.Comments {
-			if a.ZendeskUserID > 0 && c.AuthorID == a.ZendeskUserID && c.Author != zendeskclient.AuthorCustomer {
-				conv.Comments[i].Role = zendeskclient.RoleSupportflow
+			if a.ZendeskUserID > 0 && c.AuthorID == a.ZendeskUserID && c.Author != supportflow.AuthorCustomer {
+				conv.Comments[i].Role = supportflow.RoleSupportflow
 			}
 		}
 		out.Conversation = conv
@@ -170,9 +146,9 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 	})
 	if err != nil {
 		if isPermanent(err) {
-			return TicketContext{}, rejected(err)
+			return supportflow.TicketContext{}, rejected(err)
 		}
-		return TicketContext{}, err
+		return supportflow.TicketContext{}, err
 	}
 	if in.ForEvaluation {
 		cut := -1
@@ -182,14 +158,14 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 			}
 		}
 		if cut < 0 {
-			return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no agent reply to evaluate against", supportflow.ErrInvalidInput, in.TicketID))
+			return supportflow.TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no agent reply to evaluate against", supportflow.ErrInvalidInput, in.TicketID))
 		}
 		out.ActualReply = text.Clip(out.Conversation.Comments[cut].Body, ContextBytes(a.PromptTokenBudget)/4)
 		out.Conversation.Comments = out.Conversation.Comments[:cut]
 	}
 	out.OmittedComments = boundConversation(&out.Conversation, ContextBytes(a.PromptTokenBudget))
-	if out.Conversation.LastAt(zendeskclient.AuthorCustomer).IsZero() {
-		return TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no public comment from the customer to reply to", supportflow.ErrInvalidInput, in.TicketID))
+	if out.Conversation.LastAt(supportflow.AuthorCustomer).IsZero() {
+		return supportflow.TicketContext{}, invalid(fmt.Errorf("%w: ticket %d has no public comment from the customer to reply to", supportflow.ErrInvalidInput, in.TicketID))
 	}
 	return out, nil
 }
@@ -197,35 +173,26 @@ func (a *Activities) LoadTicket(ctx context.Context, in LoadTicketInput) (Ticket
 // isStaff reports whether an agent (or supportflow) wrote c: an end user
 // copied on the ticket is not the agent's reply an evaluation scores
 // against. A comment from before roles were recorded has only its Author.
-func isStaff(c zendeskclient.ConversationComment) bool {
+func isStaff(c supportflow.ConversationComment) bool {
 	switch c.Role {
-	case zendeskclient.RoleAgent, zendeskclient.RoleSupportflow:
+	case supportflow.RoleAgent, supportflow.RoleSupportflow:
 		return true
 	case "":
-		return c.Author == zendeskclient.AuthorAgent
+		return c.Author == supportflow.AuthorAgent
 	}
 	return false
 }
 
 // promptRole is the author label of c in the prompt. A comment from
 // before roles were recorded is labelled as it was then.
-func promptRole(c zendeskclient.ConversationComment) string {
+func promptRole(c supportflow.ConversationComment) string {
 	if c.Role != "" {
 		return c.Role
 	}
-	if c.Author == zendeskclient.AuthorCustomer {
-		return zendeskclient.RoleRequester
+	if c.Author == supportflow.AuthorCustomer {
+		return supportflow.RoleRequester
 	}
-	return zendeskclient.RoleAgent
-}
-
-// GenerateInput asks for one draft of a ticket.
-type GenerateInput struct {
-	ProposalID string        `json:"proposal_id"`
-	Ticket     TicketContext `json:"ticket"`
-	// Outcome, when set, says why the previous approved reply was not
-	// sent; the model is told, so the new reply is truthful.
-	Outcome string `json:"outcome,omitempty"`
+	return supportflow.RoleAgent
 }
 
 // draftAnswer is the JSON object the model must answer.
@@ -276,7 +243,7 @@ type promptTicket struct {
 }
 
 // promptComment is one comment in the prompt; Author is its role
-// (zendeskclient.RoleRequester, RoleEndUser, RoleAgent, RoleSupportflow).
+// (supportflow.RoleRequester, RoleEndUser, RoleAgent, RoleSupportflow).
 type promptComment struct {
 	ID     int64  `json:"id"`
 	Author string `json:"author"`
@@ -290,7 +257,7 @@ type promptComment struct {
 // the newest as fit, and says how many it left out, so a long ticket still
 // drafts instead of failing on the model's context window. omitted is that
 // count.
-func Messages(t TicketContext, outcome string, budget int) (msgs []model.Message, omitted int) {
+func Messages(t supportflow.TicketContext, outcome string, budget int) (msgs []model.Message, omitted int) {
 	pt := promptTicket{
 		TicketID: t.Conversation.TicketID, Subject: t.Conversation.Subject,
 		RequesterName: t.Conversation.RequesterName, ActiveSubscriptions: []string{},
@@ -358,7 +325,7 @@ func EstimateMessages(msgs []model.Message) int {
 // InvalidModelOutput and retried; a model refusal that cannot change (401,
 // 404 unknown model, 400) is Rejected; the rest are retried, a 429 no
 // sooner than its Retry-After.
-func (a *Activities) GenerateDraft(ctx context.Context, in GenerateInput) (supportflow.DraftProposal, error) {
+func (a *Activities) GenerateDraft(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 	if err := supportflow.ValidateProposalID(in.ProposalID); err != nil {
 		return supportflow.DraftProposal{}, invalid(err)
 	}
@@ -443,7 +410,7 @@ var ErrInvalidModelOutput = errors.New("invalid model output")
 // object with a non-empty "reply" within Zendesk's comment limit, and
 // "cancel_subscriptions" naming only subscriptions the customer has
 // (none when the ticket has no enrichment), each once.
-func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, error) {
+func ParseDraft(content string, t supportflow.TicketContext) (supportflow.DraftProposal, error) {
 	bad := func(format string, args ...any) (supportflow.DraftProposal, error) {
 		return supportflow.DraftProposal{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidModelOutput}, args...)...)
 	}
@@ -492,7 +459,7 @@ func ParseDraft(content string, t TicketContext) (supportflow.DraftProposal, err
 		// A citation of a comment that is not on the ticket is dropped,
 		// never shown: the approver must not read a request nobody made.
 		if id, ok := ans.AskedIn[s]; ok {
-			if i := slices.IndexFunc(t.Conversation.Comments, func(c zendeskclient.ConversationComment) bool { return c.ID == id }); i >= 0 {
+			if i := slices.IndexFunc(t.Conversation.Comments, func(c supportflow.ConversationComment) bool { return c.ID == id }); i >= 0 {
 				c := t.Conversation.Comments[i]
 				v.AskedIn = &supportflow.CommentRef{ID: c.ID, AuthorRole: promptRole(c), At: c.At, Excerpt: text.Clip(c.Body, 280)}
 			}
@@ -515,20 +482,12 @@ func (a *Activities) SaveProposal(ctx context.Context, p supportflow.DraftPropos
 	return nil
 }
 
-// ProposalStateInput moves a proposal to a later state.
-type ProposalStateInput struct {
-	ProposalID string `json:"proposal_id"`
-	State      string `json:"state"`
-	DecidedBy  string `json:"decided_by,omitempty"`
-	Error      string `json:"error,omitempty"`
-}
-
 // SetProposalState records a proposal's new state. A proposal that was
 // never saved (a draft superseded while saving) is not an error: there is
 // nothing to mark.
-func (a *Activities) SetProposalState(ctx context.Context, in ProposalStateInput) error {
+func (a *Activities) SetProposalState(ctx context.Context, in supportflow.ProposalStateInput) error {
 	_, err := a.Ledger.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, text.Clip(in.Error, 4000))
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, supportflow.ErrNotFound) {
 		return nil
 	}
 	if errors.Is(err, supportflow.ErrInvalidInput) {
@@ -549,21 +508,10 @@ func (a *Activities) FindDraftCandidates(ctx context.Context, limit int) ([]int6
 	return ids, err
 }
 
-// EvalResultInput is one ticket's outcome in an evaluation run.
-type EvalResultInput struct {
-	RunID       string `json:"run_id"`
-	TicketID    int64  `json:"ticket_id"`
-	Draft       string `json:"draft,omitempty"`
-	ActualReply string `json:"actual_reply,omitempty"`
-	// Error, when set, says why the ticket could not be drafted; it is
-	// stored without a score.
-	Error string `json:"error,omitempty"`
-}
-
 // RecordEvalResult scores a draft against the agent's actual reply
 // (package eval) and stores the result; it returns the score (0 for a
 // failed ticket).
-func (a *Activities) RecordEvalResult(ctx context.Context, in EvalResultInput) (float64, error) {
+func (a *Activities) RecordEvalResult(ctx context.Context, in supportflow.EvalResultInput) (float64, error) {
 	r := ledger.EvalResult{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: text.Clip(in.Error, 4000)}
 	var score float64
 	if in.Error == "" {

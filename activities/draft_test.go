@@ -23,17 +23,15 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/telemetry"
-	"github.com/supportflow/supportflow/internal/zendeskclient"
-	"github.com/supportflow/supportflow/ledger"
 )
 
-func ticketContext(subs ...string) activities.TicketContext {
-	tc := activities.TicketContext{Conversation: zendeskclient.Conversation{
+func ticketContext(subs ...string) supportflow.TicketContext {
+	tc := supportflow.TicketContext{Conversation: supportflow.Conversation{
 		TicketID: 7, Subject: "Plan",
-		Comments: []zendeskclient.ConversationComment{{Author: zendeskclient.AuthorCustomer, Body: "Cancel please", At: time.Unix(1000, 0)}},
+		Comments: []supportflow.ConversationComment{{Author: supportflow.AuthorCustomer, Body: "Cancel please", At: time.Unix(1000, 0)}},
 	}}
 	if subs != nil {
-		tc.Enrichment = &ledger.Enrichment{CustomerID: "c", ActiveSubscriptions: subs}
+		tc.Enrichment = &supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: subs}
 	}
 	return tc
 }
@@ -129,11 +127,11 @@ func (o *spyOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
 	o.Next.RecordHeartbeat(ctx, details...)
 }
 
-func (f *draftFixture) load(t *testing.T, ticket int64) activities.TicketContext {
+func (f *draftFixture) load(t *testing.T, ticket int64) supportflow.TicketContext {
 	t.Helper()
-	v, err := f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: ticket})
+	v, err := f.env.ExecuteActivity("LoadTicket", supportflow.LoadTicketInput{TicketID: ticket})
 	require.NoError(t, err)
-	var tc activities.TicketContext
+	var tc supportflow.TicketContext
 	require.NoError(t, v.Get(&tc))
 	return tc
 }
@@ -195,7 +193,7 @@ func TestLoadTicket_ReadsThePublicConversationAndEnrichment(t *testing.T) {
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Checking.", Agent: true})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Customer is VIP", Agent: true, Private: true})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Any news?"})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "c-1", ActiveSubscriptions: []string{"s-1"}}))
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c-1", ActiveSubscriptions: []string{"s-1"}}))
 
 	tc := f.load(t, ticket)
 	assert.Equal(t, "Refund", tc.Conversation.Subject)
@@ -215,7 +213,7 @@ func TestLoadTicket_ReadsOnlyTheCurrentRequestersEnrichment(t *testing.T) {
 	f := newDraftFixture(t)
 	const previous, current = int64(8001), int64(8002)
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Cancel please", RequesterID: current})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, previous, ledger.Enrichment{CustomerID: "c-old", ActiveSubscriptions: []string{"s-old"}}))
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, previous, supportflow.Enrichment{CustomerID: "c-old", ActiveSubscriptions: []string{"s-old"}}))
 
 	tc := f.load(t, ticket)
 	assert.Equal(t, current, tc.Conversation.RequesterID)
@@ -223,7 +221,7 @@ func TestLoadTicket_ReadsOnlyTheCurrentRequestersEnrichment(t *testing.T) {
 	msgs, _ := activities.Messages(tc, "", 0)
 	assert.NotContains(t, msgs[1].Content, "s-old")
 
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, current, ledger.Enrichment{CustomerID: "c-new", ActiveSubscriptions: []string{"s-new"}}))
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, current, supportflow.Enrichment{CustomerID: "c-new", ActiveSubscriptions: []string{"s-new"}}))
 	tc = f.load(t, ticket)
 	require.NotNil(t, tc.Enrichment)
 	assert.Equal(t, []string{"s-new"}, tc.Enrichment.ActiveSubscriptions)
@@ -246,7 +244,7 @@ func TestDraft_PromptSaysWhoWroteEachComment(t *testing.T) {
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Agent: true, Body: "SUPPORTFLOW-1 we are on it"})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "REQUESTER-2 any news?"})
 	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
-		ledger.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
+		supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
 
 	var mu sync.Mutex
 	var got []standin.ChatRequest
@@ -257,9 +255,9 @@ func TestDraft_PromptSaysWhoWroteEachComment(t *testing.T) {
 		return `{"reply":"Hi Ada, we are looking into it.","cancel_subscriptions":[]}`
 	})
 	tc := f.load(t, ticket)
-	assert.True(t, tc.Conversation.LastAt(zendeskclient.AuthorCustomer).Equal(tc.Conversation.Comments[4].At),
+	assert.True(t, tc.Conversation.LastAt(supportflow.AuthorCustomer).Equal(tc.Conversation.Comments[4].At),
 		"the customer spoke last: the requester, as before")
-	_, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-roles", Ticket: tc})
+	_, err := f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "p-roles", Ticket: tc})
 	require.NoError(t, err)
 
 	mu.Lock()
@@ -297,17 +295,17 @@ func TestDraft_PromptSaysWhoWroteEachComment(t *testing.T) {
 
 func TestLoadTicket_BadInput(t *testing.T) {
 	f := newDraftFixture(t)
-	_, err := f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: 0})
+	_, err := f.env.ExecuteActivity("LoadTicket", supportflow.LoadTicketInput{TicketID: 0})
 	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
 	assert.True(t, appErr(t, err).NonRetryable())
 
-	_, err = f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: 4242})
+	_, err = f.env.ExecuteActivity("LoadTicket", supportflow.LoadTicketInput{TicketID: 4242})
 	assert.Equal(t, supportflow.ErrTypeRejected, appErr(t, err).Type(), "an unknown ticket (404) is final")
 	assert.True(t, appErr(t, err).NonRetryable())
 
 	// An evaluation needs an agent reply to score against.
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "x", Description: "Hello?"})
-	_, err = f.env.ExecuteActivity("LoadTicket", activities.LoadTicketInput{TicketID: ticket, ForEvaluation: true})
+	_, err = f.env.ExecuteActivity("LoadTicket", supportflow.LoadTicketInput{TicketID: ticket, ForEvaluation: true})
 	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
 	assert.Contains(t, err.Error(), "no agent reply")
 }
@@ -317,7 +315,7 @@ func TestLoadTicket_BadInput(t *testing.T) {
 func TestGenerateDraft_HeartbeatsTokensWhileTheModelIsSilentAndStreaming(t *testing.T) {
 	f := newDraftFixture(t)
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Please cancel.", RequesterName: "Ada"})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
+	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
 	tc := f.load(t, ticket)
 	// LoadTicket beats too when it takes longer than the interval (a busy
 	// machine): only GenerateDraft's beats are under test.
@@ -326,7 +324,7 @@ func TestGenerateDraft_HeartbeatsTokensWhileTheModelIsSilentAndStreaming(t *test
 	f.mu.Unlock()
 	f.h.Model.Inject(standin.ModelFault{Delay: 200 * time.Millisecond, TokenDelay: 20 * time.Millisecond})
 
-	v, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+	v, err := f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "p-1", Ticket: tc})
 	require.NoError(t, err)
 	var p supportflow.DraftProposal
 	require.NoError(t, v.Get(&p))
@@ -353,7 +351,7 @@ func TestGenerateDraft_ErrorsSayWhatToDo(t *testing.T) {
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Hi"})
 	tc := f.load(t, ticket)
 	gen := func() error {
-		_, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+		_, err := f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "p-1", Ticket: tc})
 		return err
 	}
 
@@ -371,7 +369,7 @@ func TestGenerateDraft_ErrorsSayWhatToDo(t *testing.T) {
 	assert.Contains(t, err.Error(), "503")
 	assert.False(t, appErr(t, err).NonRetryable())
 
-	_, err = f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "bad id", Ticket: tc})
+	_, err = f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "bad id", Ticket: tc})
 	assert.Equal(t, supportflow.ErrTypeInvalidInput, appErr(t, err).Type())
 	assert.Equal(t, 3, f.h.Model.Requests(), "bad input never reaches the model")
 }
@@ -390,9 +388,9 @@ func TestModel_UsageTruncationQuotaAndContextBudget(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	f.h.Activities.Metrics = tel.Metrics()
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Please cancel.", RequesterName: "Ada"})
-	gen := func(tc activities.TicketContext) (supportflow.DraftProposal, error) {
+	gen := func(tc supportflow.TicketContext) (supportflow.DraftProposal, error) {
 		var p supportflow.DraftProposal
-		v, err := f.env.ExecuteActivity("GenerateDraft", activities.GenerateInput{ProposalID: "p-1", Ticket: tc})
+		v, err := f.env.ExecuteActivity("GenerateDraft", supportflow.GenerateInput{ProposalID: "p-1", Ticket: tc})
 		if err == nil {
 			require.NoError(t, v.Get(&p))
 		}

@@ -18,19 +18,6 @@ import (
 	"github.com/supportflow/supportflow/ledger"
 )
 
-// PostReplyResult says how the Zendesk leg ended.
-type PostReplyResult struct {
-	AuditID   int64 `json:"audit_id"`
-	CommentID int64 `json:"comment_id"`
-	// Source says where the comment came from: "posted" by this attempt,
-	// "ledger" (recorded earlier), "audit" (found on the ticket after an
-	// earlier attempt's answer was lost) or "applied" (the whole action was
-	// already applied).
-	Source string `json:"source"`
-	// State is the action's ledger state afterwards.
-	State string `json:"state"`
-}
-
 // PostReply runs the action's Zendesk legs, the ticket update and the
 // reply, in one safe ticket update, exactly once. It claims the action in
 // the ledger; skips the write when the ledger says the legs are done; on
@@ -44,30 +31,30 @@ type PostReplyResult struct {
 // Errors: invalid input and Zendesk's permanent refusals (404 unknown
 // ticket, 422 ...) are non-retryable; everything else is retried under the
 // one policy, a 429 no sooner than its Retry-After.
-func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyResult, error) {
-	if err := in.validate(); err != nil {
-		return PostReplyResult{}, err
+func (a *Activities) PostReply(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
+	if err := validate(in); err != nil {
+		return supportflow.PostReplyResult{}, err
 	}
 	if !in.Action.HasZendeskLeg() {
-		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment and no ticket update", supportflow.ErrInvalidInput, in.Key))
+		return supportflow.PostReplyResult{}, invalid(fmt.Errorf("%w: action %s has no comment and no ticket update", supportflow.ErrInvalidInput, in.Key))
 	}
 	if err := a.checkApproved(ctx, in); err != nil {
-		return PostReplyResult{}, err
+		return supportflow.PostReplyResult{}, err
 	}
 	claimant := claimantOf(ctx)
-	res, err := a.reserve(ctx, in.reserveRequest(claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
+	res, err := a.reserve(ctx, reserveRequest(in, claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
 	if err != nil {
-		return PostReplyResult{}, reserveError(err)
+		return supportflow.PostReplyResult{}, reserveError(err)
 	}
 	if res.Applied {
 		a.Metrics.ActionLeg("zendesk", "applied")
-		return PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
+		return supportflow.PostReplyResult{Source: "applied", State: supportflow.StateApplied}, nil
 	}
 	mine, todo := receiverLegs(res.Legs, "zendesk")
 	if in.ReplyLast && len(todo) > 0 && !earlierPhasesDone(res.Legs, "zendesk") {
 		// The reply says what was done; it waits for every earlier leg.
 		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
-		return PostReplyResult{}, invalid(fmt.Errorf("%w: action %s: its cancellations have not all succeeded; run CancelSubscriptions first", supportflow.ErrInvalidInput, in.Key))
+		return supportflow.PostReplyResult{}, invalid(fmt.Errorf("%w: action %s: its cancellations have not all succeeded; run CancelSubscriptions first", supportflow.ErrInvalidInput, in.Key))
 	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
 	if res.TookOver {
@@ -75,7 +62,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	}
 
 	p := &progress{v: Progress{Leg: "zendesk", Total: 1}}
-	var out PostReplyResult
+	var out supportflow.PostReplyResult
 	var ambiguous bool
 	// Search the audits on every attempt after the first (Temporal's count,
 	// not only the ledger's, which a renamed account or a prune forgets),
@@ -173,7 +160,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 			return errLostClaim
 		}
 		p.set(func(p *Progress) { p.Done, p.Step = 1, "recorded" })
-		out = PostReplyResult{AuditID: landed.AuditID, CommentID: landed.CommentID, Source: source, State: state}
+		out = supportflow.PostReplyResult{AuditID: landed.AuditID, CommentID: landed.CommentID, Source: source, State: state}
 		return nil
 	})
 	if err == nil {
@@ -182,7 +169,7 @@ func (a *Activities) PostReply(ctx context.Context, in ActionInput) (PostReplyRe
 	}
 	err = a.endAttempt(ctx, res.ID, claimant, in.Key, err, ambiguous)
 	a.Metrics.ActionLeg("zendesk", legOutcome(err))
-	return PostReplyResult{}, err
+	return supportflow.PostReplyResult{}, err
 }
 
 // receiverLegs returns the legs one receiver carries out, and those of
@@ -307,17 +294,6 @@ func (a *Activities) endAttempt(ctx context.Context, id int64, claimant, key str
 	return err
 }
 
-// CancelResult says how the cancellation leg ended.
-type CancelResult struct {
-	// Cancelled lists every subscription of the action now recorded as
-	// cancelled, in the action's order.
-	Cancelled []string `json:"cancelled"`
-	// Called lists the subscriptions this attempt sent to the service
-	// (those not already recorded as cancelled).
-	Called []string `json:"called"`
-	State  string   `json:"state"`
-}
-
 // CancelSubscriptions runs the action's cancellation legs. It claims the
 // action, reads which subscriptions are already cancelled and cancels only
 // the rest, one at a time, writing each call's outcome to the ledger
@@ -331,31 +307,31 @@ type CancelResult struct {
 // recorded failed and the others are still attempted; the activity then
 // fails non-retryably and the workflow settles the action. Any other
 // failure stops the leg and is retried.
-func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (CancelResult, error) {
-	if err := in.validate(); err != nil {
-		return CancelResult{}, err
+func (a *Activities) CancelSubscriptions(ctx context.Context, in supportflow.ActionInput) (supportflow.CancelResult, error) {
+	if err := validate(in); err != nil {
+		return supportflow.CancelResult{}, err
 	}
 	if len(in.Action.CancelSubscriptions) == 0 {
-		return CancelResult{}, invalid(fmt.Errorf("%w: action %s has no subscriptions to cancel", supportflow.ErrInvalidInput, in.Key))
+		return supportflow.CancelResult{}, invalid(fmt.Errorf("%w: action %s has no subscriptions to cancel", supportflow.ErrInvalidInput, in.Key))
 	}
 	if err := a.checkApproved(ctx, in); err != nil {
-		return CancelResult{}, err
+		return supportflow.CancelResult{}, err
 	}
 	claimant := claimantOf(ctx)
-	res, err := a.reserve(ctx, in.reserveRequest(claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
+	res, err := a.reserve(ctx, reserveRequest(in, claimant, activity.GetInfo(ctx).WorkflowExecution.RunID, a.Durations))
 	if err != nil {
-		return CancelResult{}, reserveError(err)
+		return supportflow.CancelResult{}, reserveError(err)
 	}
 	if res.Applied {
 		a.Metrics.ActionLeg("cancellations", "applied")
-		return CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
+		return supportflow.CancelResult{Cancelled: in.Action.CancelSubscriptions, State: supportflow.StateApplied}, nil
 	}
 	if !in.ReplyLast && slices.ContainsFunc(res.Legs.Of(supportflow.LegReply), func(l ledger.LegRow) bool { return l.State != ledger.LegDone }) {
 		// Executions from before the truthful order ran the reply first;
 		// cancelling before it is recorded would let a failed reply leave
 		// a silent cancellation behind.
 		_, _, _ = a.Ledger.Finish(context.WithoutCancel(ctx), res.ID, claimant, "")
-		return CancelResult{}, invalid(fmt.Errorf("%w: action %s: the comment has not landed; run PostReply first", supportflow.ErrInvalidInput, in.Key))
+		return supportflow.CancelResult{}, invalid(fmt.Errorf("%w: action %s: the comment has not landed; run PostReply first", supportflow.ErrInvalidInput, in.Key))
 	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.Action.TicketID)
 
@@ -370,7 +346,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in ActionInput) (C
 	}
 	p := &progress{v: Progress{Leg: "cancellations", Total: len(in.Action.CancelSubscriptions), Done: len(cancelled)}}
 	var (
-		out       CancelResult
+		out       supportflow.CancelResult
 		ambiguous bool
 		refused   []error
 	)
@@ -527,17 +503,6 @@ func (a *Activities) cancelledAtService(ctx context.Context, subscriptionID stri
 	return err == nil && status == subscriptions.StatusCancelled, err
 }
 
-// SettleInput names an action whose last attempt failed.
-type SettleInput struct {
-	Key      string `json:"key"`
-	TicketID int64  `json:"ticket_id"`
-	Error    string `json:"error"`
-	// HeldBack says later legs (the reply) were held back because an
-	// earlier one (a cancellation) was refused for good: the action ends
-	// needs_attention.
-	HeldBack bool `json:"held_back,omitempty"`
-}
-
 // SettleAction makes an action's failure terminal once the workflow has
 // given up on it: partial_failure when some leg landed, failed when none
 // did, needs_attention when the reply was held back, applied when a lost
@@ -547,7 +512,7 @@ type SettleInput struct {
 // activity fails retryably (unknown is not failed). While a stale attempt
 // still holds a live lease it fails retryably, waiting no less than the
 // lease's remaining time.
-func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, error) {
+func (a *Activities) SettleAction(ctx context.Context, in supportflow.SettleInput) (string, error) {
 	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
 		return "", invalid(err)
 	}
@@ -565,7 +530,7 @@ func (a *Activities) SettleAction(ctx context.Context, in SettleInput) (string, 
 			// gone, 404) is not an effect of ours.
 			resolved[leg.Leg()] = err == nil && landed
 		}
-	} else if !errors.Is(err, ledger.ErrNotFound) {
+	} else if !errors.Is(err, supportflow.ErrNotFound) {
 		return "", err
 	}
 	state, err := a.Ledger.SettleFailed(ctx, in.Key, in.TicketID, text.Clip(in.Error, 4000), resolved, in.HeldBack)

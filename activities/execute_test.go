@@ -69,7 +69,7 @@ func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
 	f := newFixture(t)
 	f.h.Own(t, 1, standin.DefaultRequesterID, "c", "sub-1", "sub-2", "sub-3")
 	f.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", DropAfterApply: true})
-	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 1, CancelSubscriptions: []string{"sub-1", "sub-2", "sub-3"}}}
+	in := supportflow.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 1, CancelSubscriptions: []string{"sub-1", "sub-2", "sub-3"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 
 	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
@@ -104,7 +104,7 @@ func TestCancelSubscriptions_RecordsOutcomeWhenTheCallThrows(t *testing.T) {
 func TestPostReply_BadInputIsNonRetryableAndWritesNothing(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
-	for name, in := range map[string]activities.ActionInput{
+	for name, in := range map[string]supportflow.ActionInput{
 		"malformed key":   {Key: "p1-0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}},
 		"key with path":   {Key: "../p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}},
 		"empty body":      {Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: ""}}},
@@ -125,7 +125,7 @@ func TestPostReply_BadInputIsNonRetryableAndWritesNothing(t *testing.T) {
 
 func TestPostReply_UnknownTicketIsRejectedWithTheError(t *testing.T) {
 	f := newFixture(t)
-	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 999, Comment: &supportflow.Comment{Body: "hi"}}}
+	in := supportflow.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: 999, Comment: &supportflow.Comment{Body: "hi"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	app := appErr(t, err)
@@ -204,14 +204,14 @@ func TestPostReply_WaitsOutALivePredecessorInsideTheAttempt(t *testing.T) {
 			return
 		}
 	}()
-	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	in := supportflow.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	finished := time.Now()
 	close(done)
 	<-live
 	require.NoError(t, err)
-	var r activities.PostReplyResult
+	var r supportflow.PostReplyResult
 	require.NoError(t, v.Get(&r))
 	require.NoError(t, lost, "the predecessor held its claim until it stopped")
 	require.Positive(t, renewals, "the predecessor extended its lease")
@@ -237,7 +237,7 @@ func TestPostReply_StopsWhenItsClaimIsLost(t *testing.T) {
 		// Another claimant takes the action over (as after a lease expiry).
 		_, _ = f.pool.Exec(context.Background(), `UPDATE action SET claimant = 'successor' WHERE key = 'p1:0'`)
 	}()
-	in := activities.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
+	in := supportflow.ActionInput{Key: "p1:0", Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "hi"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	start := time.Now()
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
@@ -266,13 +266,13 @@ func TestPostReply_TicketUpdateKeepsATagAddedMeanwhile(t *testing.T) {
 		_, err := f.acts.Zendesk.UpdateTicket(context.Background(), ticket, zendeskclient.Update{Tags: []string{"vip", "escalated"}}, "an-agent", "")
 		agentDone <- err
 	}()
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Answered.", Public: true}, UpdateTicket: &supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow"}}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	v, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	require.NoError(t, err)
 	require.NoError(t, <-agentDone)
-	var r activities.PostReplyResult
+	var r supportflow.PostReplyResult
 	require.NoError(t, v.Get(&r))
 	assert.Equal(t, "posted", r.Source)
 	assert.Equal(t, 1, f.zd.Conflicts(), "our first write was refused")
@@ -296,7 +296,7 @@ func TestLegs_RefuseWhatWasNotApproved(t *testing.T) {
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
 	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-1")
 	act := supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "Cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1"}}
-	refused := func(name string, in activities.ActionInput) {
+	refused := func(name string, in supportflow.ActionInput) {
 		t.Helper()
 		for leg, run := range map[string]any{"CancelSubscriptions": f.acts.CancelSubscriptions, "PostReply": f.acts.PostReply} {
 			_, err := f.env.ExecuteActivity(run, in)
@@ -305,14 +305,14 @@ func TestLegs_RefuseWhatWasNotApproved(t *testing.T) {
 			assert.True(t, app.NonRetryable(), "%s: %s", name, leg)
 		}
 	}
-	refused("never approved", activities.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
+	refused("never approved", supportflow.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
 	other := act
 	other.Comment = &supportflow.Comment{Body: "Cancelled, and refunded.", Public: true}
 	f.h.ApproveAction(t, "p1:0", other)
-	refused("other content", activities.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
+	refused("other content", supportflow.ActionInput{Key: "p1:0", Action: act, ReplyLast: true})
 	elsewhere := other
 	elsewhere.TicketID = f.zd.AddTicket(standin.Ticket{Subject: "y"})
-	refused("another ticket", activities.ActionInput{Key: "p1:0", Action: elsewhere, ReplyLast: true})
+	refused("another ticket", supportflow.ActionInput{Key: "p1:0", Action: elsewhere, ReplyLast: true})
 
 	var rows int
 	require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT count(*) FROM action`).Scan(&rows))
@@ -321,7 +321,7 @@ func TestLegs_RefuseWhatWasNotApproved(t *testing.T) {
 	assert.Zero(t, f.zd.Requests("GET", "/api/v2/tickets/"), "Zendesk was not asked")
 	assert.Zero(t, f.subs.Requests("", "/v1/subscriptions/"), "nor the subscription service")
 
-	in := activities.ActionInput{Key: "p2:0", Action: act, ReplyLast: true}
+	in := supportflow.ActionInput{Key: "p2:0", Action: act, ReplyLast: true}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
 	require.NoError(t, err)
@@ -338,14 +338,14 @@ func TestLegs_RefuseWhatWasNotApproved(t *testing.T) {
 func TestPostReply_AgentsNoteNeedsNoApproval(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
-	note := activities.ActionInput{Key: supportflow.AttentionPrefix + "0123abcd:0",
+	note := supportflow.ActionInput{Key: supportflow.AttentionPrefix + "0123abcd:0",
 		Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "The reply was held back.", Public: false}}}
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, note)
 	require.NoError(t, err)
 	require.Equal(t, 1, f.zd.CommentCount(ticket))
 	assert.False(t, f.zd.Comments(ticket)[0].Public)
 
-	public := activities.ActionInput{Key: supportflow.AttentionPrefix + "4567ef:0",
+	public := supportflow.ActionInput{Key: supportflow.AttentionPrefix + "4567ef:0",
 		Action: supportflow.Action{TicketID: ticket, Comment: &supportflow.Comment{Body: "Hello customer.", Public: true}}}
 	_, err = f.env.ExecuteActivity(f.acts.PostReply, public)
 	assert.Equal(t, supportflow.ErrTypeNotApproved, appErr(t, err).Type(), "a public comment is no note to the agents")
@@ -362,7 +362,7 @@ func TestCancelSubscriptions_RefusesAnotherCustomersSubscription(t *testing.T) {
 	const ticket = int64(5)
 	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-ada")
 	f.subs.AddSubscription("sub-bo", "cus-bo")
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-bo", "sub-ada"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 
@@ -371,7 +371,7 @@ func TestCancelSubscriptions_RefusesAnotherCustomersSubscription(t *testing.T) {
 	assert.Equal(t, supportflow.ErrTypeRejected, app.Type())
 	assert.True(t, app.NonRetryable())
 	assert.Contains(t, app.Error(), "sub-bo")
-	var res activities.CancelResult
+	var res supportflow.CancelResult
 	require.True(t, app.HasDetails(), "the refusal carries what was cancelled")
 	require.NoError(t, app.Details(&res))
 	assert.Equal(t, []string{"sub-ada"}, res.Cancelled)

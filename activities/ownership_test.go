@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
@@ -73,7 +74,7 @@ func (f *ownerFixture) requester(t *testing.T, requester int64) {
 func (f *ownerFixture) enrich(t *testing.T, requester int64, customerID string, subs ...string) {
 	t.Helper()
 	require.NoError(t, f.a.Ledger.PutEnrichment(context.Background(), ownerTicket, requester,
-		ledger.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs}))
+		supportflow.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs}))
 }
 
 func (f *ownerFixture) owner(t *testing.T, sub string) (bool, string) {

@@ -17,55 +17,6 @@ import (
 	"github.com/supportflow/supportflow/ledger"
 )
 
-// SettleLegsInput names an action whose execution gave up on a leg, and
-// how far SettleLegs may go.
-type SettleLegsInput struct {
-	Key      string `json:"key"`
-	TicketID int64  `json:"ticket_id"`
-	// Error is the failure, kept as the action's last error for operators
-	// (GET /actions/{key}); the notes and the redraft say a classified
-	// reason instead, never this.
-	Error string `json:"error,omitempty"`
-	// HeldBack: the reply was held back because a cancellation was refused
-	// for good (needs_attention).
-	HeldBack bool `json:"held_back,omitempty"`
-	// ZendeskMayHaveLanded: PostReply ran and gave up on something other
-	// than a refusal (retries spent, a timeout), so a write of it may have
-	// landed, or still land, even where the ledger says pending.
-	ZendeskMayHaveLanded bool `json:"zendesk_may_have_landed,omitempty"`
-	// Fenced: the execution has written to the ticket since (the agents'
-	// note), so any write of ours still in flight carries a stale stamp
-	// and is refused; what the audits show now is final.
-	Fenced bool `json:"fenced,omitempty"`
-	// ResolveOnly records what the receivers say and leaves the action
-	// open, so the execution can go on to the reply.
-	ResolveOnly bool `json:"resolve_only,omitempty"`
-	// GiveUp ends the action needs_attention with whatever is still
-	// unknown (the bound on resolving it has passed).
-	GiveUp bool `json:"give_up,omitempty"`
-}
-
-// SettleLegsResult is the action as the ledger records it after the
-// settle: what the workflow, the agents' note and the redraft say was
-// done comes from here, never from an error.
-type SettleLegsResult struct {
-	State string `json:"state"`
-	// Cancelled and NotCancelled list the subscriptions whose cancellation
-	// is recorded done, and failed, in the action's order; Unknown the
-	// legs still unknown ("kind target").
-	Cancelled    []string `json:"cancelled,omitempty"`
-	NotCancelled []string `json:"not_cancelled,omitempty"`
-	Unknown      []string `json:"unknown,omitempty"`
-	// AllCancelled: every cancellation leg is done.
-	AllCancelled bool `json:"all_cancelled,omitempty"`
-	// ReplyLanded and CommentID: the reply is on the ticket.
-	ReplyLanded bool  `json:"reply_landed,omitempty"`
-	CommentID   int64 `json:"comment_id,omitempty"`
-	// NeedsFence: a Zendesk leg may have landed; write to the ticket (the
-	// agents' note) and settle again with Fenced.
-	NeedsFence bool `json:"needs_fence,omitempty"`
-}
-
 // SettleLegs settles an action the execution gave up on, from what the
 // receivers say rather than from the ledger alone (each leg's replay rule,
 // supportflow.SpecOf):
@@ -87,16 +38,16 @@ type SettleLegsResult struct {
 // that (policy.Durations.UnresolvedLegBound) and then calls it with
 // GiveUp, which ends the action needs_attention, counts
 // supportflow_legs_unresolved_total and logs at ERROR.
-func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (SettleLegsResult, error) {
+func (a *Activities) SettleLegs(ctx context.Context, in supportflow.SettleLegsInput) (supportflow.SettleLegsResult, error) {
 	if _, _, err := supportflow.ParseActionKey(in.Key); err != nil {
-		return SettleLegsResult{}, invalid(err)
+		return supportflow.SettleLegsResult{}, invalid(err)
 	}
 	row, err := a.Ledger.Get(ctx, in.Key)
 	switch {
-	case errors.Is(err, ledger.ErrNotFound):
+	case errors.Is(err, supportflow.ErrNotFound):
 		row = ledger.Action{} // never reserved: nothing to resolve
 	case err != nil:
-		return SettleLegsResult{}, err
+		return supportflow.SettleLegsResult{}, err
 	}
 	log := a.log(ctx).With("action_key", in.Key, "ticket_id", in.TicketID)
 	var outcomes []ledger.LegOutcome
@@ -112,7 +63,7 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 			o, err := a.resolveCancellation(ctx, in.Key, leg.Target)
 			if err != nil {
 				if !in.GiveUp {
-					return SettleLegsResult{}, fmt.Errorf("subscription %s: its answer was lost and the service cannot say yet: %w", leg.Target, err)
+					return supportflow.SettleLegsResult{}, fmt.Errorf("subscription %s: its answer was lost and the service cannot say yet: %w", leg.Target, err)
 				}
 				unresolved = append(unresolved, string(leg.Kind)+" "+leg.Target)
 				continue
@@ -128,7 +79,7 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 			o, err := a.searchZendeskLegs(ctx, in, row)
 			if err != nil {
 				if !in.GiveUp {
-					return SettleLegsResult{}, fmt.Errorf("searching ticket %d's audits after the fence: %w", in.TicketID, err)
+					return supportflow.SettleLegsResult{}, fmt.Errorf("searching ticket %d's audits after the fence: %w", in.TicketID, err)
 				}
 				// The audits could not be read: what landed stays unknown.
 				unresolved = append(unresolved, "zendesk "+strconv.FormatInt(in.TicketID, 10))
@@ -152,7 +103,7 @@ func (a *Activities) SettleLegs(ctx context.Context, in SettleLegsInput) (Settle
 	settled, err := a.Ledger.Settle(ctx, ledger.SettleRequest{Key: in.Key, TicketID: in.TicketID, Error: text.Clip(in.Error, 4000),
 		Outcomes: outcomes, HeldBack: in.HeldBack, Mode: mode, Run: activity.GetInfo(ctx).WorkflowExecution.RunID})
 	if err != nil {
-		return SettleLegsResult{}, reserveError(err)
+		return supportflow.SettleLegsResult{}, reserveError(err)
 	}
 	out := resultOf(settled, false)
 	if in.GiveUp && len(out.Unknown) > 0 {
@@ -184,11 +135,11 @@ func openZendeskLegsUnknown(legs ledger.Legs) []ledger.LegOutcome {
 }
 
 // resultOf reads a settle's result off the recorded action.
-func resultOf(row ledger.Action, needsFence bool) SettleLegsResult {
+func resultOf(row ledger.Action, needsFence bool) supportflow.SettleLegsResult {
 	legs := row.Legs.Of(supportflow.LegCancelSubscription)
 	// No cancellation leg recorded (every attempt failed before its
 	// reserve) is not "every cancellation landed".
-	out := SettleLegsResult{State: row.State, NeedsFence: needsFence, AllCancelled: len(legs) > 0}
+	out := supportflow.SettleLegsResult{State: row.State, NeedsFence: needsFence, AllCancelled: len(legs) > 0}
 	for _, l := range row.Legs {
 		switch {
 		case l.Kind == supportflow.LegCancelSubscription && l.State == ledger.LegDone:
@@ -255,7 +206,7 @@ func hasStatus(err error, statuses ...int) bool {
 // searchZendeskLegs reads, after the fence, whether the action's Zendesk
 // legs landed: an audit of the key makes them done (with its IDs), none
 // makes them failed.
-func (a *Activities) searchZendeskLegs(ctx context.Context, in SettleLegsInput, row ledger.Action) ([]ledger.LegOutcome, error) {
+func (a *Activities) searchZendeskLegs(ctx context.Context, in supportflow.SettleLegsInput, row ledger.Action) ([]ledger.LegOutcome, error) {
 	_, todo := receiverLegs(row.Legs, "zendesk")
 	if len(todo) == 0 {
 		return nil, nil

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -22,13 +21,13 @@ func (f *fixture) lapse(t *testing.T, key string) {
 	require.NoError(t, err)
 }
 
-func (f *fixture) settleLegs(t *testing.T, in activities.SettleLegsInput) (activities.SettleLegsResult, error) {
+func (f *fixture) settleLegs(t *testing.T, in supportflow.SettleLegsInput) (supportflow.SettleLegsResult, error) {
 	t.Helper()
 	v, err := f.env.ExecuteActivity(f.acts.SettleLegs, in)
 	if err != nil {
-		return activities.SettleLegsResult{}, err
+		return supportflow.SettleLegsResult{}, err
 	}
-	var res activities.SettleLegsResult
+	var res supportflow.SettleLegsResult
 	require.NoError(t, v.Get(&res))
 	return res, nil
 }
@@ -42,13 +41,13 @@ func TestSettleLegs_ResolveOnlyFindsEveryCancellationLanded(t *testing.T) {
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
 	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-1", "sub-2")
 	f.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-2/cancel", DropAfterApply: true})
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-1", "sub-2"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
 	require.Error(t, err)
 
-	look := activities.SettleLegsInput{Key: in.Key, TicketID: ticket, ResolveOnly: true}
+	look := supportflow.SettleLegsInput{Key: in.Key, TicketID: ticket, ResolveOnly: true}
 	_, err = f.settleLegs(t, look)
 	app := appErr(t, err)
 	assert.Equal(t, supportflow.ErrTypeLeaseHeld, app.Type(), "the lost call's lease is still live")
@@ -80,7 +79,7 @@ func TestSettleLegs_ResendsALostCancellationUnderItsKey(t *testing.T) {
 	f.h.Own(t, ticket, standin.DefaultRequesterID, "cus-ada", "sub-1")
 	// A 502: the gateway may have passed it on; here it did not.
 	f.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-1/cancel", Status: 502})
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket, CancelSubscriptions: []string{"sub-1"}}}
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket, CancelSubscriptions: []string{"sub-1"}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.CancelSubscriptions, in)
 	require.Error(t, err)
@@ -89,7 +88,7 @@ func TestSettleLegs_ResendsALostCancellationUnderItsKey(t *testing.T) {
 	require.Equal(t, standin.SubscriptionActive, f.subs.Status("sub-1"))
 
 	f.lapse(t, in.Key)
-	res, err := f.settleLegs(t, activities.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing"})
+	res, err := f.settleLegs(t, supportflow.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing"})
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateApplied, res.State, "every leg turned out done")
 	assert.Equal(t, []string{"sub-1"}, res.Cancelled)
@@ -110,14 +109,14 @@ func TestSettleLegs_FencesThenReadsTheAudits(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
 	f.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true})
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Answered.", Public: true}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
 	require.Error(t, err)
 	require.Equal(t, 1, f.zd.CommentCount(ticket), "the write landed; its answer did not")
 
-	settle := activities.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing", ZendeskMayHaveLanded: true}
+	settle := supportflow.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing", ZendeskMayHaveLanded: true}
 	res, err := f.settleLegs(t, settle)
 	require.NoError(t, err)
 	assert.True(t, res.NeedsFence)
@@ -143,7 +142,7 @@ func TestSettleLegs_FencedWithoutAnAuditIsFailed(t *testing.T) {
 	f := newFixture(t)
 	ticket := f.zd.AddTicket(standin.Ticket{Subject: "x"})
 	f.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Status: 500, Times: -1})
-	in := activities.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
+	in := supportflow.ActionInput{Key: "p1:0", ReplyLast: true, Action: supportflow.Action{TicketID: ticket,
 		Comment: &supportflow.Comment{Body: "Answered.", Public: true}}}
 	f.h.ApproveAction(t, in.Key, in.Action)
 	_, err := f.env.ExecuteActivity(f.acts.PostReply, in)
@@ -151,7 +150,7 @@ func TestSettleLegs_FencedWithoutAnAuditIsFailed(t *testing.T) {
 	f.zd.ClearFaults()
 
 	f.lapse(t, in.Key)
-	res, err := f.settleLegs(t, activities.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing",
+	res, err := f.settleLegs(t, supportflow.SettleLegsInput{Key: in.Key, TicketID: ticket, Error: "a service kept failing",
 		ZendeskMayHaveLanded: true, Fenced: true})
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.StateFailed, res.State)

@@ -19,7 +19,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"

@@ -17,29 +17,6 @@ import (
 // not write.
 var ErrNotApproved = errors.New("ledger: not approved")
 
-// ErrNotAwaitingApproval is returned by RecordApproval for a drafted
-// proposal that is not awaiting approval (superseded, expired, rejected,
-// or executed under another approval).
-var ErrNotAwaitingApproval = errors.New("ledger: proposal is not awaiting approval")
-
-// ErrAnswerConflict is returned when approving or retrying a proposal
-// would give a ticket a second answer: another proposal of the ticket is
-// executing, answered it after this one was drafted, or has redrafted it.
-var ErrAnswerConflict = errors.New("ledger: another proposal answers this ticket")
-
-// Approval is a person's approval of a proposal, as recorded.
-type Approval struct {
-	ProposalID string
-	TicketID   int64
-	// ActionDigests are ContentDigest of each action, in order; nil for an
-	// approval carried over from before approvals were recorded.
-	ActionDigests []string
-	// ApprovedBy is the API token's (or operator's) name; OnBehalfOf the
-	// person in the calling app, when given.
-	ApprovedBy, OnBehalfOf string
-	ApprovedAt             time.Time
-}
-
 // ProposalDigests returns ContentDigest of each of p's actions.
 func ProposalDigests(p supportflow.Proposal) []string {
 	out := make([]string, len(p.Actions))
@@ -54,12 +31,12 @@ func ProposalDigests(p supportflow.Proposal) []string {
 // execution starts: every leg checks it (CheckApproval).
 //
 // drafted says p is a drafted proposal (SaveProposal): it must then be
-// awaiting approval (else ErrNotAwaitingApproval), and no other proposal of
+// awaiting approval (else supportflow.ErrNotAwaitingApproval), and no other proposal of
 // its ticket may be executing or have finished after it was drafted (else
-// ErrAnswerConflict), under the ticket's advisory lock, so a retry and an
+// supportflow.ErrAnswerConflict), under the ticket's advisory lock, so a retry and an
 // approval cannot both answer one ticket. An approval already recorded
 // with the same content is kept (created=false: the first approver
-// stands); with other content it is ErrConflict.
+// stands); with other content it is supportflow.ErrConflict.
 func (l *Ledger) RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (created bool, err error) {
 	if err := p.Validate(); err != nil {
 		return false, err
@@ -79,7 +56,7 @@ func (l *Ledger) RecordApproval(ctx context.Context, p supportflow.Proposal, by,
 		switch {
 		case err == nil:
 			if have != nil && !slices.Equal(have, digests) {
-				return fmt.Errorf("%w: proposal %s was approved with other content", ErrConflict, p.ID)
+				return fmt.Errorf("%w: proposal %s was approved with other content", supportflow.ErrConflict, p.ID)
 			}
 			return nil // a repeat: the first approval stands
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -129,13 +106,13 @@ func checkAnswerable(ctx context.Context, tx pgx.Tx, account, proposalID string)
 	err := tx.QueryRow(ctx, `SELECT state, ticket_id, created_at FROM proposal WHERE account = $1 AND proposal_id = $2 FOR UPDATE`,
 		account, proposalID).Scan(&state, &ticket, &created)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: proposal %s", ErrNotFound, proposalID)
+		return fmt.Errorf("%w: proposal %s", supportflow.ErrNotFound, proposalID)
 	}
 	if err != nil {
 		return err
 	}
 	if state != supportflow.DraftAwaitingApproval {
-		return fmt.Errorf("%w: proposal %s is %s", ErrNotAwaitingApproval, proposalID, state)
+		return fmt.Errorf("%w: proposal %s is %s", supportflow.ErrNotAwaitingApproval, proposalID, state)
 	}
 	var other, otherState string
 	err = tx.QueryRow(ctx, `
@@ -149,28 +126,28 @@ ORDER BY updated_at DESC LIMIT 1`, account, ticket, proposalID, created).Scan(&o
 	case err != nil:
 		return err
 	case otherState == supportflow.DraftExecuting:
-		return fmt.Errorf("%w: proposal %s of ticket %d is executing (a retry); wait for it, then draft the ticket again", ErrAnswerConflict, other, ticket)
+		return fmt.Errorf("%w: proposal %s of ticket %d is executing (a retry); wait for it, then draft the ticket again", supportflow.ErrAnswerConflict, other, ticket)
 	}
-	return fmt.Errorf("%w: proposal %s answered ticket %d after this proposal was drafted; draft the ticket again", ErrAnswerConflict, other, ticket)
+	return fmt.Errorf("%w: proposal %s answered ticket %d after this proposal was drafted; draft the ticket again", supportflow.ErrAnswerConflict, other, ticket)
 }
 
-// GetApproval reads a proposal's approval; ErrNotFound when none is
+// GetApproval reads a proposal's approval; supportflow.ErrNotFound when none is
 // recorded.
-func (l *Ledger) GetApproval(ctx context.Context, proposalID string) (Approval, error) {
+func (l *Ledger) GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error) {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
-		return Approval{}, err
+		return supportflow.Approval{}, err
 	}
-	a := Approval{ProposalID: proposalID}
+	a := supportflow.Approval{ProposalID: proposalID}
 	var onBehalf *string
 	err := l.db.QueryRow(ctx, `
 SELECT ticket_id, action_digests, approved_by, on_behalf_of, approved_at
 FROM approval WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).Scan(
 		&a.TicketID, &a.ActionDigests, &a.ApprovedBy, &onBehalf, &a.ApprovedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Approval{}, fmt.Errorf("%w: no approval of proposal %s", ErrNotFound, proposalID)
+		return supportflow.Approval{}, fmt.Errorf("%w: no approval of proposal %s", supportflow.ErrNotFound, proposalID)
 	}
 	if err != nil {
-		return Approval{}, fmt.Errorf("ledger: get approval of %s: %w", proposalID, err)
+		return supportflow.Approval{}, fmt.Errorf("ledger: get approval of %s: %w", proposalID, err)
 	}
 	a.OnBehalfOf = deref(onBehalf)
 	return a, nil
@@ -204,7 +181,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		return err
 	}
 	a, err := l.GetApproval(ctx, proposalID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, supportflow.ErrNotFound) {
 		return fmt.Errorf("%w: proposal %s has no recorded approval (approve it through the API or the starter, which record one)", ErrNotApproved, proposalID)
 	}
 	if err != nil {
@@ -215,7 +192,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 	// nothing, whatever approval row is left.
 	p, perr := l.GetProposal(ctx, proposalID)
 	stored := perr == nil
-	if perr != nil && !errors.Is(perr, ErrNotFound) {
+	if perr != nil && !errors.Is(perr, supportflow.ErrNotFound) {
 		return perr
 	}
 	if stored {
@@ -265,7 +242,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 }
 
 // MarkRetrying moves a failed drafted proposal back to executing for a
-// retry, under its ticket's advisory lock, refusing (ErrAnswerConflict)
+// retry, under its ticket's advisory lock, refusing (supportflow.ErrAnswerConflict)
 // when another proposal of the ticket drafted after it awaits approval,
 // is executing or went out, or any other is executing, so a retry and a
 // redraft never both answer the ticket (a rejected redraft lets the old
@@ -283,7 +260,7 @@ func (l *Ledger) MarkRetrying(ctx context.Context, proposalID string) error {
 		err := tx.QueryRow(ctx, `SELECT ticket_id, state, created_at FROM proposal WHERE account = $1 AND proposal_id = $2`,
 			l.account, proposalID).Scan(&ticket, &state, &created)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: proposal %s", ErrNotFound, proposalID)
+			return fmt.Errorf("%w: proposal %s", supportflow.ErrNotFound, proposalID)
 		}
 		if err != nil {
 			return err
@@ -306,7 +283,7 @@ WHERE account = $1 AND ticket_id = $2 AND proposal_id <> $3
 ORDER BY created_at DESC LIMIT 1`, l.account, ticket, proposalID, created).Scan(&other, &otherState)
 		switch {
 		case err == nil:
-			return fmt.Errorf("%w: proposal %s of ticket %d (%s) has taken this one's place; approve or reject that one instead", ErrAnswerConflict, other, ticket, otherState)
+			return fmt.Errorf("%w: proposal %s of ticket %d (%s) has taken this one's place; approve or reject that one instead", supportflow.ErrAnswerConflict, other, ticket, otherState)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
@@ -316,7 +293,7 @@ WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, l
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: proposal %s is %s", ErrNotAwaitingApproval, proposalID, state)
+			return fmt.Errorf("%w: proposal %s is %s", supportflow.ErrNotAwaitingApproval, proposalID, state)
 		}
 		return nil
 	})
@@ -328,7 +305,7 @@ WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, l
 
 // refuseEnded refuses an action of a drafted proposal that ended without
 // running.
-func refuseEnded(p Proposal, key string) error {
+func refuseEnded(p supportflow.ProposalRecord, key string) error {
 	switch p.State {
 	case supportflow.DraftRejected, supportflow.DraftSuperseded, supportflow.DraftExpired:
 		return fmt.Errorf("%w: action %s: proposal %s was %s, not executed", ErrNotApproved, key, p.ID, p.State)

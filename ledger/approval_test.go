@@ -35,7 +35,7 @@ func TestApproval_CheckAdmitsOnlyWhatWasApproved(t *testing.T) {
 	err := l.CheckApproval(ctx, "p-1:0", ledger.ContentDigest(a0))
 	require.ErrorIs(t, err, ledger.ErrNotApproved, "no approval recorded")
 	_, err = l.GetApproval(ctx, "p-1")
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, supportflow.ErrNotFound)
 
 	created, err := l.RecordApproval(ctx, p, "token-app", "ada@acme.test", false)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestRecordApproval_RepeatKeepsTheFirstApprover_OtherContentConflicts(t *tes
 	changed := appProposal("p-1")
 	changed.Actions[0].Comment = &supportflow.Comment{Body: "We did not cancel it.", Public: true}
 	created, err = l.RecordApproval(ctx, changed, "token-b", "", false)
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, supportflow.ErrConflict)
 	assert.False(t, created)
 	got, err = l.GetApproval(ctx, "p-1")
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestRecordApproval_RepeatKeepsTheFirstApprover_OtherContentConflicts(t *tes
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "a proposal without actions")
 	for _, id := range []string{"p-2", "p-3"} {
 		_, err = l.GetApproval(ctx, id)
-		assert.ErrorIs(t, err, ledger.ErrNotFound, id)
+		assert.ErrorIs(t, err, supportflow.ErrNotFound, id)
 	}
 }
 
@@ -139,14 +139,14 @@ func TestRecordApproval_DraftedRefusedWhileAnotherProposalOfTheTicketExecutes(t 
 	require.NoError(t, err)
 
 	_, err = l.RecordApproval(ctx, redraft.Proposal(), "token-a", "", true)
-	require.ErrorIs(t, err, ledger.ErrAnswerConflict, "p-old is executing on the same ticket")
+	require.ErrorIs(t, err, supportflow.ErrAnswerConflict, "p-old is executing on the same ticket")
 	assert.Contains(t, err.Error(), "p-old")
 	_, err = l.GetApproval(ctx, "p-new")
-	require.ErrorIs(t, err, ledger.ErrNotFound, "nothing was recorded")
+	require.ErrorIs(t, err, supportflow.ErrNotFound, "nothing was recorded")
 
 	// The executing proposal itself no longer awaits approval.
 	_, err = l.RecordApproval(ctx, old.Proposal(), "token-a", "", true)
-	require.ErrorIs(t, err, ledger.ErrNotAwaitingApproval, "p-old is executing, no longer awaiting approval")
+	require.ErrorIs(t, err, supportflow.ErrNotAwaitingApproval, "p-old is executing, no longer awaiting approval")
 
 	ok, err := l.SetProposalState(ctx, "p-old", supportflow.DraftFailed, "", "a service refused it for good")
 	require.NoError(t, err)
@@ -157,7 +157,7 @@ func TestRecordApproval_DraftedRefusedWhileAnotherProposalOfTheTicketExecutes(t 
 	assert.NoError(t, l.CheckApproval(ctx, "p-new:0", ledger.ContentDigest(redraft.Proposal().Actions[0])))
 
 	_, err = l.RecordApproval(ctx, proposal("p-unsaved").Proposal(), "token-a", "", true)
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "a drafted proposal must be saved")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "a drafted proposal must be saved")
 }
 
 // A failed proposal is retried only while nothing newer of its ticket
@@ -181,7 +181,7 @@ func TestMarkRetrying_RefusedWhileANewerProposalAwaitsApproval(t *testing.T) {
 	require.NoError(t, err)
 
 	err = l.MarkRetrying(ctx, "p-old")
-	require.ErrorIs(t, err, ledger.ErrAnswerConflict)
+	require.ErrorIs(t, err, supportflow.ErrAnswerConflict)
 	assert.Contains(t, err.Error(), "p-new")
 	got, err := l.GetProposal(ctx, "p-old")
 	require.NoError(t, err)
@@ -197,7 +197,7 @@ func TestMarkRetrying_RefusedWhileANewerProposalAwaitsApproval(t *testing.T) {
 	assert.Equal(t, "ada", got.DecidedBy, "the approver stays decided_by")
 	assert.Empty(t, got.Error)
 
-	assert.ErrorIs(t, l.MarkRetrying(ctx, "p-nope"), ledger.ErrNotFound)
+	assert.ErrorIs(t, l.MarkRetrying(ctx, "p-nope"), supportflow.ErrNotFound)
 }
 
 // An approval the draft refused is revoked, unless an action of the
@@ -215,7 +215,7 @@ func TestRevokeApproval_OnlyBeforeAnActionStarted(t *testing.T) {
 	require.NoError(t, l.RevokeApproval(ctx, "p-1"))
 	require.NoError(t, l.RevokeApproval(ctx, "p-2"))
 	_, err = l.GetApproval(ctx, "p-1")
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "revoked")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "revoked")
 	_, err = l.GetApproval(ctx, "p-2")
 	assert.NoError(t, err, "started: stays approved")
 }

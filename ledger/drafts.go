@@ -12,20 +12,10 @@ import (
 	"github.com/supportflow/supportflow"
 )
 
-// Proposal is a saved draft proposal and its state.
-type Proposal struct {
-	supportflow.DraftProposal
-	State     string
-	DecidedBy string
-	Error     string
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
 // SaveProposal stores a draft's proposal in state awaiting_approval. It is
 // idempotent: saving the same proposal again (an activity retried after its
 // answer was lost) changes nothing and reports created=false. The same ID
-// with a different reply, ticket, subscriptions or ticket update is ErrConflict, since a
+// with a different reply, ticket, subscriptions or ticket update is supportflow.ErrConflict, since a
 // proposal a human may have seen must never change under them.
 func (l *Ledger) SaveProposal(ctx context.Context, p supportflow.DraftProposal) (created bool, err error) {
 	if err := supportflow.ValidateProposalID(p.ID); err != nil {
@@ -56,7 +46,7 @@ ON CONFLICT (account, proposal_id) DO NOTHING`,
 	}
 	if stored.TicketID != p.TicketID || stored.Reply != p.Reply || !slices.Equal(stored.CancelSubscriptions, subs) ||
 		!sameTicketUpdate(stored.UpdateTicket, p.UpdateTicket) {
-		return false, fmt.Errorf("%w: proposal %s was saved with different content", ErrConflict, p.ID)
+		return false, fmt.Errorf("%w: proposal %s was saved with different content", supportflow.ErrConflict, p.ID)
 	}
 	return false, nil
 }
@@ -108,9 +98,9 @@ WHERE account = $1 AND proposal_id = $2
 	return false, nil
 }
 
-// GetProposal reads a proposal; ErrNotFound when there is none.
-func (l *Ledger) GetProposal(ctx context.Context, proposalID string) (Proposal, error) {
-	var p Proposal
+// GetProposal reads a proposal; supportflow.ErrNotFound when there is none.
+func (l *Ledger) GetProposal(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error) {
+	var p supportflow.ProposalRecord
 	var decided, errMsg *string
 	err := l.db.QueryRow(ctx, `
 SELECT proposal_id, ticket_id, reply, cancel_subscriptions, model, conversation_through, update_ticket,
@@ -120,10 +110,10 @@ FROM proposal WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).S
 		&p.PromptTokens, &p.CompletionTokens,
 		&p.State, &decided, &errMsg, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Proposal{}, fmt.Errorf("%w: proposal %s", ErrNotFound, proposalID)
+		return supportflow.ProposalRecord{}, fmt.Errorf("%w: proposal %s", supportflow.ErrNotFound, proposalID)
 	}
 	if err != nil {
-		return Proposal{}, fmt.Errorf("ledger: get proposal %s: %w", proposalID, err)
+		return supportflow.ProposalRecord{}, fmt.Errorf("ledger: get proposal %s: %w", proposalID, err)
 	}
 	p.DecidedBy, p.Error = deref(decided), deref(errMsg)
 	return p, nil
@@ -150,17 +140,17 @@ ORDER BY n.created_at DESC LIMIT 1`, l.account, ticketID, proposalID).Scan(&id)
 }
 
 // CountProposals counts a ticket's proposals, for tests and operators.
-// LatestProposal returns the ticket's newest proposal; ErrNotFound when it
+// LatestProposal returns the ticket's newest proposal; supportflow.ErrNotFound when it
 // has none.
-func (l *Ledger) LatestProposal(ctx context.Context, ticketID int64) (Proposal, error) {
+func (l *Ledger) LatestProposal(ctx context.Context, ticketID int64) (supportflow.ProposalRecord, error) {
 	var id string
 	err := l.db.QueryRow(ctx, `SELECT proposal_id FROM proposal WHERE account = $1 AND ticket_id = $2
 ORDER BY created_at DESC, proposal_id DESC LIMIT 1`, l.account, ticketID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Proposal{}, fmt.Errorf("%w: ticket %d has no proposal", ErrNotFound, ticketID)
+		return supportflow.ProposalRecord{}, fmt.Errorf("%w: ticket %d has no proposal", supportflow.ErrNotFound, ticketID)
 	}
 	if err != nil {
-		return Proposal{}, fmt.Errorf("ledger: latest proposal of ticket %d: %w", ticketID, err)
+		return supportflow.ProposalRecord{}, fmt.Errorf("ledger: latest proposal of ticket %d: %w", ticketID, err)
 	}
 	return l.GetProposal(ctx, id)
 }
@@ -264,7 +254,7 @@ SET set_name = excluded.set_name, tickets = excluded.tickets, drafted = excluded
 	return nil
 }
 
-// GetEvalSummary reads a run's summary; ErrNotFound before it finished.
+// GetEvalSummary reads a run's summary; supportflow.ErrNotFound before it finished.
 func (l *Ledger) GetEvalSummary(ctx context.Context, runID string) (supportflow.EvaluationStatus, error) {
 	s := supportflow.EvaluationStatus{RunID: runID, Finished: true}
 	var drafted int
@@ -272,7 +262,7 @@ func (l *Ledger) GetEvalSummary(ctx context.Context, runID string) (supportflow.
 SELECT set_name, tickets, drafted, failed, mean_score FROM eval_run WHERE account = $1 AND run_id = $2`,
 		l.account, runID).Scan(&s.Set, &s.Total, &drafted, &s.Failed, &s.MeanScore)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: evaluation run %s", ErrNotFound, runID)
+		return s, fmt.Errorf("%w: evaluation run %s", supportflow.ErrNotFound, runID)
 	}
 	s.Done = drafted + s.Failed
 	return s, err

@@ -49,7 +49,7 @@ func TestSaveProposal_IdempotentAndNeverChanges(t *testing.T) {
 	changed := proposal("p-1")
 	changed.Reply = "Something else."
 	_, err := l.SaveProposal(ctx, changed)
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, supportflow.ErrConflict)
 	got, err := l.GetProposal(ctx, "p-1")
 	require.NoError(t, err)
 	assert.Equal(t, "We cancelled it.", got.Reply)
@@ -131,7 +131,7 @@ func TestSetProposalState_OnlyMovesForward(t *testing.T) {
 	_, err = l.SetProposalState(ctx, "p-1", "approved-ish", "", "")
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
 	_, err = l.SetProposalState(ctx, "no-such", supportflow.DraftDone, "", "")
-	assert.ErrorIs(t, err, ledger.ErrNotFound)
+	assert.ErrorIs(t, err, supportflow.ErrNotFound)
 }
 
 // The mirror keeps the newest comment times even when an older copy of the
@@ -169,7 +169,7 @@ func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 	_, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 9, Status: "open", RequesterID: 900, UpdatedAt: fresh, LastCustomerCommentAt: fresh})
 	require.NoError(t, err)
 	assert.NotContains(t, candidates(), int64(9), "waits for its enrichment")
-	require.NoError(t, l.PutEnrichment(ctx, 9, 900, ledger.Enrichment{CustomerID: "c"}))
+	require.NoError(t, l.PutEnrichment(ctx, 9, 900, supportflow.Enrichment{CustomerID: "c"}))
 	assert.Contains(t, candidates(), int64(9), "enriched: drafted with its data")
 
 	_, err = l.DraftCandidates(ctx, 0, time.Minute)

@@ -4,21 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/supportflow/supportflow"
 )
-
-// Enrichment is the commerce data of a ticket's requester.
-type Enrichment struct {
-	CustomerID          string    `json:"customer_id"`
-	CustomerEmail       string    `json:"customer_email,omitempty"`
-	LifetimeOrders      int64     `json:"lifetime_orders"`
-	ActiveSubscriptions []string  `json:"active_subscriptions"`
-	LookedUpAt          time.Time `json:"looked_up_at"`
-}
 
 // GetEnrichment reads the enrichment of a ticket's requester. found is
 // false when the ticket has none yet, and when the stored one was looked up
@@ -27,19 +17,19 @@ type Enrichment struct {
 // previous requester's subscriptions never reach a prompt or a
 // cancellation. A requesterID that is not positive (unknown) matches
 // nothing.
-func (l *Ledger) GetEnrichment(ctx context.Context, ticketID, requesterID int64) (e Enrichment, found bool, err error) {
+func (l *Ledger) GetEnrichment(ctx context.Context, ticketID, requesterID int64) (e supportflow.Enrichment, found bool, err error) {
 	if requesterID <= 0 {
-		return Enrichment{}, false, nil
+		return supportflow.Enrichment{}, false, nil
 	}
 	err = l.db.QueryRow(ctx, `
 SELECT customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at
 FROM ticket_enrichment WHERE account = $1 AND ticket_id = $2 AND requester_id = $3`, l.account, ticketID, requesterID).Scan(
 		&e.CustomerID, &e.CustomerEmail, &e.LifetimeOrders, &e.ActiveSubscriptions, &e.LookedUpAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Enrichment{}, false, nil
+		return supportflow.Enrichment{}, false, nil
 	}
 	if err != nil {
-		return Enrichment{}, false, fmt.Errorf("ledger: enrichment of ticket %d: %w", ticketID, err)
+		return supportflow.Enrichment{}, false, fmt.Errorf("ledger: enrichment of ticket %d: %w", ticketID, err)
 	}
 	return e, true, nil
 }
@@ -49,7 +39,7 @@ FROM ticket_enrichment WHERE account = $1 AND ticket_id = $2 AND requester_id = 
 // by package enrichment; tests and the local run seed it here). A
 // requesterID that is not positive is ErrInvalidInput: data of an unknown
 // requester could never be read back.
-func (l *Ledger) PutEnrichment(ctx context.Context, ticketID, requesterID int64, e Enrichment) error {
+func (l *Ledger) PutEnrichment(ctx context.Context, ticketID, requesterID int64, e supportflow.Enrichment) error {
 	if requesterID <= 0 {
 		return fmt.Errorf("%w: enrichment of ticket %d needs its requester, got %d", supportflow.ErrInvalidInput, ticketID, requesterID)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 func TestEnrichment_RoundTrip(t *testing.T) {
@@ -18,7 +17,7 @@ func TestEnrichment_RoundTrip(t *testing.T) {
 	_, found, err := l.GetEnrichment(ctx, 7, 70)
 	require.NoError(t, err)
 	assert.False(t, found)
-	require.NoError(t, l.PutEnrichment(ctx, 7, 70, ledger.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
+	require.NoError(t, l.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
 	e, found, err := l.GetEnrichment(ctx, 7, 70)
 	require.NoError(t, err)
 	require.True(t, found)
@@ -33,7 +32,7 @@ func TestEnrichment_BelongsToTheRequester(t *testing.T) {
 	t.Parallel()
 	l, pool := newLedger(t)
 	ctx := context.Background()
-	require.NoError(t, l.PutEnrichment(ctx, 7, 70, ledger.Enrichment{CustomerID: "c-ada", ActiveSubscriptions: []string{"s-ada"}}))
+	require.NoError(t, l.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-ada", ActiveSubscriptions: []string{"s-ada"}}))
 
 	_, found, err := l.GetEnrichment(ctx, 7, 71)
 	require.NoError(t, err)
@@ -42,7 +41,7 @@ func TestEnrichment_BelongsToTheRequester(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, found, "an unknown requester matches nothing")
 
-	require.NoError(t, l.PutEnrichment(ctx, 7, 71, ledger.Enrichment{CustomerID: "c-bo", ActiveSubscriptions: []string{"s-bo"}}))
+	require.NoError(t, l.PutEnrichment(ctx, 7, 71, supportflow.Enrichment{CustomerID: "c-bo", ActiveSubscriptions: []string{"s-bo"}}))
 	e, found, err := l.GetEnrichment(ctx, 7, 71)
 	require.NoError(t, err)
 	require.True(t, found)
@@ -58,5 +57,5 @@ func TestEnrichment_BelongsToTheRequester(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, found)
 
-	assert.ErrorIs(t, l.PutEnrichment(ctx, 8, 0, ledger.Enrichment{CustomerID: "c"}), supportflow.ErrInvalidInput)
+	assert.ErrorIs(t, l.PutEnrichment(ctx, 8, 0, supportflow.Enrichment{CustomerID: "c"}), supportflow.ErrInvalidInput)
 }

@@ -101,11 +101,6 @@ func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 // (if its holder has stopped extending it).
 func (e *LeaseHeldError) RetryAfterDelay() time.Duration { return e.ExpiresIn }
 
-// ErrConflict is returned when a key is reserved with a different ticket,
-// legs or content than the row already recorded: two different proposals share an
-// ID. It is permanent.
-var ErrConflict = errors.New("ledger: action key already recorded with different content")
-
 // ErrUnresolved is returned by SettleFailed while a leg's outcome is
 // unknown: the caller reads the receiver's state and tries again.
 var ErrUnresolved = errors.New("ledger: a cancellation's outcome is still unknown")
@@ -113,9 +108,6 @@ var ErrUnresolved = errors.New("ledger: a cancellation's outcome is still unknow
 // ErrSettled is returned by Reserve to a stale attempt of the execution
 // that settled the action. It is permanent.
 var ErrSettled = errors.New("ledger: action already settled by this execution")
-
-// ErrNotFound is returned by Get for a key with no row.
-var ErrNotFound = errors.New("ledger: no such action")
 
 // ReserveRequest describes the action an attempt wants to claim.
 type ReserveRequest struct {
@@ -134,7 +126,7 @@ type ReserveRequest struct {
 	// settled is not reopened by it (ErrSettled). Empty skips the check.
 	Run string
 	// Digest identifies the action's content (ContentDigest); a key
-	// reserved before with another digest is ErrConflict. Empty skips the
+	// reserved before with another digest is supportflow.ErrConflict. Empty skips the
 	// check.
 	Digest string
 }
@@ -247,7 +239,7 @@ type Reservation struct {
 // Reserve claims an action for req.Claimant, creating its row and its leg
 // rows on first use, under the ticket's advisory lock. It returns
 // Applied=true without a claim when the action is applied, a
-// *LeaseHeldError when another claimant's lease is live, ErrConflict when
+// *LeaseHeldError when another claimant's lease is live, supportflow.ErrConflict when
 // the key was recorded with another ticket, other legs or other content,
 // and otherwise a claim: state 'applying', attempts+1, lease set, with
 // every leg's recorded state.
@@ -313,13 +305,13 @@ WHERE a.account = $1 AND a.key = $2
 			return err
 		}
 		if ticketID != req.TicketID {
-			return fmt.Errorf("%w: %s is ticket %d, asked for ticket %d", ErrConflict, req.Key, ticketID, req.TicketID)
+			return fmt.Errorf("%w: %s is ticket %d, asked for ticket %d", supportflow.ErrConflict, req.Key, ticketID, req.TicketID)
 		}
 		if !sameLegs(res.Legs, req.Legs) {
-			return fmt.Errorf("%w: %s was recorded with other legs (%s), asked for %s", ErrConflict, req.Key, describeLegs(res.Legs), describeRequest(req.Legs))
+			return fmt.Errorf("%w: %s was recorded with other legs (%s), asked for %s", supportflow.ErrConflict, req.Key, describeLegs(res.Legs), describeRequest(req.Legs))
 		}
 		if req.Digest != "" && digest != nil && *digest != req.Digest {
-			return fmt.Errorf("%w: %s was approved with another comment, other subscriptions or another ticket update", ErrConflict, req.Key)
+			return fmt.Errorf("%w: %s was approved with another comment, other subscriptions or another ticket update", supportflow.ErrConflict, req.Key)
 		}
 		if state == supportflow.StateApplied {
 			res.Applied = true
@@ -734,8 +726,15 @@ func (a Action) CommentID() int64 {
 	return 0
 }
 
+// ActionState reads the state of one action (supportflow.StatePending
+// ...); errors as Get's.
+func (l *Ledger) ActionState(ctx context.Context, key string) (string, error) {
+	a, err := l.Get(ctx, key)
+	return a.State, err
+}
+
 // Get reads one action and its legs. A malformed key is an error wrapping
-// supportflow.ErrInvalidInput; an unknown one wraps ErrNotFound.
+// supportflow.ErrInvalidInput; an unknown one wraps supportflow.ErrNotFound.
 func (l *Ledger) Get(ctx context.Context, key string) (Action, error) {
 	if _, _, err := supportflow.ParseActionKey(key); err != nil {
 		return Action{}, err
@@ -751,7 +750,7 @@ FROM action WHERE account = $1 AND key = $2`, l.account, key).Scan(
 		&a.ID, &a.Account, &a.Key, &a.ProposalID, &a.Index, &a.TicketID, &a.State, &claimant,
 		&a.LeaseExpiresAt, &a.Attempts, &lastError, &a.CreatedAt, &a.UpdatedAt, &a.SettledAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Action{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+		return Action{}, fmt.Errorf("%w: %s", supportflow.ErrNotFound, key)
 	}
 	if err != nil {
 		return Action{}, fmt.Errorf("ledger: get %s: %w", key, err)

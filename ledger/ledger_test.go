@@ -316,10 +316,10 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	other := req("p1:0", "B", time.Minute)
 	other.TicketID = 99
 	_, err = l.Reserve(ctx, other)
-	assert.ErrorIs(t, err, ledger.ErrConflict, "one key, two different actions")
+	assert.ErrorIs(t, err, supportflow.ErrConflict, "one key, two different actions")
 
 	_, err = l.Get(ctx, "p9:0")
-	assert.ErrorIs(t, err, ledger.ErrNotFound)
+	assert.ErrorIs(t, err, supportflow.ErrNotFound)
 
 	var rows int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM action`).Scan(&rows))
@@ -450,7 +450,7 @@ func TestReserve_SameKeyOtherContentIsAConflict(t *testing.T) {
 	r2 := req("p9:0", "C", time.Minute)
 	r2.Digest = ledger.ContentDigest(other)
 	_, err = l.Reserve(ctx, r2)
-	assert.ErrorIs(t, err, ledger.ErrConflict)
+	assert.ErrorIs(t, err, supportflow.ErrConflict)
 	assert.NotEqual(t, ledger.ContentDigest(first), ledger.ContentDigest(supportflow.Action{TicketID: 42, Comment: first.Comment, CancelSubscriptions: []string{"s"}}))
 }
 
@@ -473,7 +473,7 @@ func TestReserve_OtherLegsAreAConflict(t *testing.T) {
 		}(),
 	} {
 		_, err := l.Reserve(ctx, other)
-		assert.ErrorIs(t, err, ledger.ErrConflict, name)
+		assert.ErrorIs(t, err, supportflow.ErrConflict, name)
 	}
 	bad := req("p2:0", "A", time.Minute)
 	bad.Legs = []supportflow.Leg{{Kind: "refund", Target: "r-1"}}

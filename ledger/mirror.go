@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/supportflow/supportflow"
 )
 
 // TicketMirror is supportflow's local copy of a Zendesk ticket's headline
@@ -170,7 +171,7 @@ func (l *Ledger) lockMirror(ctx context.Context, tx pgx.Tx, ticketID int64) (Tic
 		return TicketMirror{}, false, fmt.Errorf("ledger: mirror ticket %d: lock: %w", ticketID, err)
 	}
 	t, err := l.getTicketMirror(ctx, tx, ticketID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, supportflow.ErrNotFound) {
 		return t, false, nil
 	}
 	return t, err == nil, err
@@ -184,7 +185,7 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-// GetTicketMirror reads a mirrored ticket; ErrNotFound when the ticket has
+// GetTicketMirror reads a mirrored ticket; supportflow.ErrNotFound when the ticket has
 // never been mirrored.
 func (l *Ledger) GetTicketMirror(ctx context.Context, ticketID int64) (TicketMirror, error) {
 	return l.getTicketMirror(ctx, l.db, ticketID)
@@ -201,7 +202,7 @@ SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_
 FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(
 		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return t, fmt.Errorf("%w: ticket %d is not mirrored", ErrNotFound, ticketID)
+		return t, fmt.Errorf("%w: ticket %d is not mirrored", supportflow.ErrNotFound, ticketID)
 	}
 	if err != nil {
 		return t, fmt.Errorf("ledger: mirror of ticket %d: %w", ticketID, err)

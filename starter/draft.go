@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // Draft identifies a ticket's draft workflow run.
@@ -137,7 +136,7 @@ func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (support
 	run := strings.ReplaceAll(info.GetExecution().GetRunId(), "-", "")
 	p, err := s.Proposals.LatestProposal(ctx, ticketID)
 	ofThisRun := err == nil && strings.HasPrefix(p.ID, fmt.Sprintf("%d-%s-", ticketID, run))
-	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+	if err != nil && !errors.Is(err, supportflow.ErrNotFound) {
 		return st, fmt.Errorf("starter: draft status of ticket %d: %w", ticketID, err)
 	}
 	running := info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -228,10 +227,10 @@ var ErrNoApprovals = errors.New("starter: Approvals is not set, so an approval c
 // Approvals records and reads approvals and the proposals they approve
 // (ledger.Ledger).
 type Approvals interface {
-	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
+	GetProposal(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error)
 	RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (bool, error)
 	RevokeApproval(ctx context.Context, proposalID string) error
-	GetApproval(ctx context.Context, proposalID string) (ledger.Approval, error)
+	GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error)
 }
 
 // Approve approves a ticket's current proposal and returns the execution
@@ -258,7 +257,7 @@ func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.App
 		return res, fmt.Errorf("%w: an approval needs the approver's name", supportflow.ErrInvalidInput)
 	}
 	p, err := s.Approvals.GetProposal(ctx, r.ProposalID)
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, supportflow.ErrNotFound) {
 		// No such proposal: the draft says why (no draft, or not its
 		// current one). Nothing is recorded, so nothing could run.
 		if err := s.update(ctx, ticketID, supportflow.ApproveUpdate, r, &res); err != nil {
@@ -281,9 +280,9 @@ func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.App
 	}
 	_, err = s.Approvals.RecordApproval(ctx, p.DraftProposal.Proposal(), r.ApprovedBy, r.OnBehalfOf, true)
 	switch {
-	case errors.Is(err, ledger.ErrNotAwaitingApproval):
+	case errors.Is(err, supportflow.ErrNotAwaitingApproval):
 		return res, fmt.Errorf("%w: %w", ErrStaleProposal, err)
-	case errors.Is(err, ledger.ErrAnswerConflict):
+	case errors.Is(err, supportflow.ErrAnswerConflict):
 		return res, fmt.Errorf("%w: %w", ErrAnswerConflict, err)
 	case err != nil:
 		return res, err

@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // Starter starts and queries supportflow workflows through a Temporal
@@ -53,7 +52,7 @@ func (s *Starter) converter() converter.DataConverter {
 
 // ProposalReader reads a ticket's newest proposal (ledger.Ledger).
 type ProposalReader interface {
-	LatestProposal(ctx context.Context, ticketID int64) (ledger.Proposal, error)
+	LatestProposal(ctx context.Context, ticketID int64) (supportflow.ProposalRecord, error)
 }
 
 // DefaultQueryTimeout is how long DraftStatus waits for a worker to answer
@@ -87,9 +86,11 @@ var ErrNotRetryable = errors.New("starter: nothing to retry")
 // Proposals is what Retry reads and writes: the saved proposal, its
 // approval and its action's ledger row (ledger.Ledger).
 type Proposals interface {
-	GetProposal(ctx context.Context, proposalID string) (ledger.Proposal, error)
-	GetApproval(ctx context.Context, proposalID string) (ledger.Approval, error)
-	Get(ctx context.Context, key string) (ledger.Action, error)
+	GetProposal(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error)
+	GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error)
+	// ActionState is the ledger state of an action (StateApplied ...),
+	// or an error wrapping supportflow.ErrNotFound.
+	ActionState(ctx context.Context, key string) (string, error)
 	NewerLiveProposal(ctx context.Context, ticketID int64, proposalID string) (string, error)
 	MarkRetrying(ctx context.Context, proposalID string) error
 }
@@ -101,7 +102,7 @@ type Proposals interface {
 // newer proposal of the ticket awaits approval or went out, or the ticket
 // is being drafted again right now), or whose ledger row is gone (pruned
 // after the retention period: what landed is no longer known, so the
-// reply could go out twice); an unknown proposal is ledger.ErrNotFound.
+// reply could go out twice); an unknown proposal is supportflow.ErrNotFound.
 // The proposal is marked executing under its ticket's lock, so a redraft's
 // approval waits for the retry's outcome. by names who asked (an API
 // token's name, or the operator), for the logs.
@@ -116,7 +117,7 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID, by string)
 	if p.State != supportflow.DraftFailed && p.State != supportflow.DraftExecuting {
 		return Execution{}, fmt.Errorf("%w: proposal %s is %s; only an approved proposal whose execution failed can be retried", ErrNotRetryable, p.ID, p.State)
 	}
-	if _, err := l.GetApproval(ctx, p.ID); errors.Is(err, ledger.ErrNotFound) {
+	if _, err := l.GetApproval(ctx, p.ID); errors.Is(err, supportflow.ErrNotFound) {
 		return Execution{}, fmt.Errorf("%w: proposal %s has no recorded approval", ErrNotRetryable, p.ID)
 	} else if err != nil {
 		return Execution{}, err
@@ -135,21 +136,21 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID, by string)
 		return Execution{}, fmt.Errorf("%w: ticket %d is being drafted again (%s is %s); approve or reject that draft instead", ErrNotRetryable, p.TicketID, supportflow.DraftWorkflowID(p.TicketID), state)
 	}
 	key := supportflow.ActionKey(p.ID, 0)
-	a, err := l.Get(ctx, key)
+	state, err := l.ActionState(ctx, key)
 	switch {
-	case errors.Is(err, ledger.ErrNotFound):
+	case errors.Is(err, supportflow.ErrNotFound):
 		// Every execution that ran leaves a row (the settle creates one for
 		// an action never reserved), so none means the prune took it.
 		return Execution{}, fmt.Errorf("%w: action %s has no ledger record (pruned after the retention period, or never started), so what landed is unknown and a retry could send the reply twice; draft the ticket again instead", ErrNotRetryable, key)
 	case err != nil:
 		return Execution{}, err
-	case a.State == supportflow.StateApplied:
+	case state == supportflow.StateApplied:
 		return Execution{}, fmt.Errorf("%w: action %s is applied", ErrNotRetryable, key)
-	case a.State == supportflow.StateApplying && p.State == supportflow.DraftExecuting:
+	case state == supportflow.StateApplying && p.State == supportflow.DraftExecuting:
 		return Execution{}, fmt.Errorf("%w: action %s is still being applied", ErrNotRetryable, key)
 	}
 	if err := l.MarkRetrying(ctx, p.ID); err != nil {
-		if errors.Is(err, ledger.ErrAnswerConflict) || errors.Is(err, ledger.ErrNotAwaitingApproval) {
+		if errors.Is(err, supportflow.ErrAnswerConflict) || errors.Is(err, supportflow.ErrNotAwaitingApproval) {
 			return Execution{}, fmt.Errorf("%w: %w", ErrNotRetryable, err)
 		}
 		return Execution{}, err
@@ -188,7 +189,7 @@ func (s *Starter) runningDraftState(ctx context.Context, ticketID int64) string 
 // double approval runs each action once. A proposal whose earlier
 // execution has closed runs again: the ledger makes applied actions
 // no-ops and re-runs only what failed. The same proposal ID with other
-// content is refused (ledger.ErrConflict).
+// content is refused (supportflow.ErrConflict).
 //
 // Invalid proposals are refused with an error wrapping
 // supportflow.ErrInvalidInput, before anything is recorded or started.
@@ -207,7 +208,7 @@ func (s *Starter) ExecuteProposal(ctx context.Context, p supportflow.Proposal, a
 	// answers the ticket.
 	if _, err := s.Approvals.GetProposal(ctx, p.ID); err == nil {
 		return Execution{}, fmt.Errorf("%w: proposal %s was drafted; approve it through its draft (Approve, POST /proposals/{id}/approve)", supportflow.ErrInvalidInput, p.ID)
-	} else if !errors.Is(err, ledger.ErrNotFound) {
+	} else if !errors.Is(err, supportflow.ErrNotFound) {
 		return Execution{}, err
 	}
 	if _, err := s.Approvals.RecordApproval(ctx, p, approvedBy, "", false); err != nil {

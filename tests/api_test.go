@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/api"
-	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 )
 

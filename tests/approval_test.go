@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
@@ -71,10 +71,10 @@ func (s *stack) draftAwaiting(ticket int64) supportflow.DraftProposal {
 }
 
 // waitProposalState polls the proposal table until the proposal is in state.
-func (s *stack) waitProposalState(proposalID, state string) ledger.Proposal {
+func (s *stack) waitProposalState(proposalID, state string) supportflow.ProposalRecord {
 	s.t.Helper()
 	var (
-		p   ledger.Proposal
+		p   supportflow.ProposalRecord
 		err error
 	)
 	for deadline := time.Now().Add(waitBudget); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -199,9 +199,9 @@ func TestExecution_UnapprovedProposalNeverRuns(t *testing.T) {
 	assert.Equal(t, supportflow.StateFailed, statuses[0].State)
 	noWrites("sealed")
 	_, err = s.ledger.Get(ctx, supportflow.ActionKey(sealed.ID, 0))
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "refused before the action was reserved")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "refused before the action was reserved")
 	_, err = s.ledger.GetApproval(ctx, sealed.ID)
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "starting the workflow approved nothing")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "starting the workflow approved nothing")
 	assert.Eventually(t, func() bool { return refusedNotApprovedCount(metrics) >= 1 }, waitBudget, 100*time.Millisecond,
 		"supportflow_legs_refused_total{reason=\"not_approved\"} counts the refusal")
 
@@ -250,7 +250,7 @@ func TestExecution_UnapprovedProposalNeverRuns(t *testing.T) {
 	}
 	noWrites("unsealed")
 	_, err = s.ledger.Get(ctx, supportflow.ActionKey(unsealed.ID, 0))
-	assert.ErrorIs(t, err, ledger.ErrNotFound)
+	assert.ErrorIs(t, err, supportflow.ErrNotFound)
 
 	require.NoError(t, s.temporal.TerminateWorkflow(ctx, id, prun.GetRunID(), "test over"))
 	d, err = s.temporal.DescribeWorkflowExecution(ctx, id, prun.GetRunID())
@@ -371,7 +371,7 @@ func TestExecution_RetryAfterPruneDoesNotRepost(t *testing.T) {
 		assert.Equal(t, http.StatusConflict, code, "%s", resp)
 		assert.Contains(t, string(resp), "nothing-to-retry")
 		_, err = s.ledger.Get(ctx, supportflow.ActionKey(p.ID, 0))
-		assert.ErrorIs(t, err, ledger.ErrNotFound, "the refused retry reserved nothing")
+		assert.ErrorIs(t, err, supportflow.ErrNotFound, "the refused retry reserved nothing")
 		assert.Equal(t, supportflow.DraftFailed, s.waitProposalState(p.ID, supportflow.DraftFailed).State, "still failed, not executing")
 	}
 
@@ -396,7 +396,7 @@ func TestExecution_RetryAfterPruneDoesNotRepost(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, pruned["action"], int64(1))
 	_, err = s.ledger.Get(ctx, supportflow.ActionKey(p.ID, 0))
-	require.ErrorIs(t, err, ledger.ErrNotFound, "the prune took the action's row")
+	require.ErrorIs(t, err, supportflow.ErrNotFound, "the prune took the action's row")
 	_, err = s.ledger.GetProposal(ctx, p.ID)
 	require.NoError(t, err, "the ticket's newest proposal is kept")
 
@@ -570,7 +570,7 @@ func TestExecution_RetryAndRedraftGiveOneAnswer(t *testing.T) {
 	_, err = s.starter.Approve(ctx, two, supportflow.ApproveRequest{ProposalID: second.ID, ApprovedBy: "agent"})
 	require.ErrorIs(t, err, starter.ErrAnswerConflict)
 	_, err = s.ledger.GetApproval(ctx, second.ID)
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "the refused approval was not recorded")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "the refused approval was not recorded")
 	p2, err := s.ledger.GetProposal(ctx, second.ID)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftAwaitingApproval, p2.State)

@@ -36,7 +36,7 @@ func (s *stack) seedTicket(body string, subs ...string) int64 {
 	s.t.Helper()
 	id := s.zd.AddTicket(standin.Ticket{ID: 10000 + ticketIDs.Add(1), Subject: "My plan", Description: body, RequesterName: "Ada"})
 	if len(subs) > 0 {
-		require.NoError(s.t, s.ledger.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
+		require.NoError(s.t, s.ledger.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
 		for _, sub := range subs {
 			s.subs.AddSubscription(sub, "cust-1")
 		}
@@ -325,7 +325,7 @@ func TestScan_StartsEachDraftOnce(t *testing.T) {
 	for range 3 {
 		id := s.seedTicket("Hello?")
 		eligible = append(eligible, id)
-		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "c"}))
+		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
 		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
 		require.NoError(t, err)
 	}

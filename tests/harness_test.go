@@ -33,7 +33,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/internal/testenv"
@@ -465,7 +465,7 @@ func (s *stack) own(ticket int64, customer string, subs ...string) {
 	_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticket, Subject: zt.Subject, Status: "open",
 		RequesterID: requester, UpdatedAt: time.Now()})
 	require.NoError(s.t, err)
-	require.NoError(s.t, s.ledger.PutEnrichment(ctx, ticket, requester, ledger.Enrichment{CustomerID: customer, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
+	require.NoError(s.t, s.ledger.PutEnrichment(ctx, ticket, requester, supportflow.Enrichment{CustomerID: customer, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
 	for _, sub := range subs {
 		s.subs.AddSubscription(sub, customer)
 	}

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/workflows"
 )

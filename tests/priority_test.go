@@ -45,7 +45,7 @@ func TestPriority_ApprovedReplyOvertakesAScan(t *testing.T) {
 		id := s.seedTicket("Hello?")
 		scanned[fmt.Sprint(id)] = true
 		draftIDs = append(draftIDs, supportflow.DraftWorkflowID(id))
-		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, ledger.Enrichment{CustomerID: "c"}))
+		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
 		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
 		require.NoError(t, err)
 	}

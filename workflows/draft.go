@@ -14,9 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
-	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
 )
 
@@ -190,7 +188,7 @@ func (dr *draft) setState(ctx workflow.Context, state string) {
 		updates = append(updates, proposalKey.ValueSet(dr.st.Proposal.ID))
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
-		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error_type", telemetry.ErrorClass(err))
+		workflow.GetLogger(ctx).Warn("upserting search attributes failed", "error_type", policy.ErrorClass(err))
 	}
 	dr.describe(ctx)
 }
@@ -323,16 +321,16 @@ func (dr *draft) drainSupersede(ctx workflow.Context) int {
 func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (supportflow.DraftProposal, error) {
 	w, d := dr.w, dr.d
 	dr.setState(ctx, supportflow.DraftGathering)
-	var tc activities.TicketContext
+	var tc supportflow.TicketContext
 	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true, fmt.Sprintf("load ticket %d", dr.req.TicketID))
-	if err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: dr.req.TicketID}).Get(ctx, &tc); err != nil {
+	if err := call(lctx, supportflow.LoadTicket, supportflow.LoadTicketInput{TicketID: dr.req.TicketID}).Get(ctx, &tc); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	dr.seenThrough = tc.Conversation.Through()
 	dr.setState(ctx, supportflow.DraftDrafting)
 	var p supportflow.DraftProposal
 	gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true, onTicket("model draft", dr.req.TicketID))
-	if err := workflow.ExecuteActivity(gctx, a.GenerateDraft, activities.GenerateInput{ProposalID: proposalID, Ticket: tc, Outcome: dr.req.Outcome}).Get(ctx, &p); err != nil {
+	if err := call(gctx, supportflow.GenerateDraft, supportflow.GenerateInput{ProposalID: proposalID, Ticket: tc, Outcome: dr.req.Outcome}).Get(ctx, &p); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	// Spent whether or not this draft is the one shown (new customer
@@ -347,7 +345,7 @@ func (dr *draft) gatherAndDraft(ctx workflow.Context, proposalID string) (suppor
 	dr.saving = proposalID
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	sctx := w.activityOptions(dctx, policy.KindLedger, d.Lease, false, onTicket("save proposal", dr.req.TicketID))
-	if err := workflow.ExecuteActivity(sctx, a.SaveProposal, p).Get(dctx, nil); err != nil {
+	if err := call(sctx, supportflow.SaveProposal, p).Get(dctx, nil); err != nil {
 		return supportflow.DraftProposal{}, err
 	}
 	return p, nil
@@ -361,9 +359,9 @@ func (dr *draft) markProposal(ctx workflow.Context, proposalID, state, by, errMs
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	mctx := dr.w.activityOptions(dctx, policy.KindLedger, dr.d.Lease, false,
 		onTicket("mark proposal "+stateWords(draftStateWords, state), dr.req.TicketID))
-	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, DecidedBy: by, Error: errMsg}
-	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
-		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", telemetry.ErrorClass(err))
+	in := supportflow.ProposalStateInput{ProposalID: proposalID, State: state, DecidedBy: by, Error: errMsg}
+	if err := call(mctx, supportflow.SetProposalState, in).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", policy.ErrorClass(err))
 	}
 }
 

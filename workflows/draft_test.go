@@ -20,10 +20,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/activities/activitiestest"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/workerapp"
 	"github.com/supportflow/supportflow/workflows"
 )
 
@@ -44,9 +44,7 @@ func newDraftWorld(t *testing.T) *draftWorld {
 func newDraftWorldWith(t *testing.T, wf *workflows.Workflows, extra ...interceptor.WorkerInterceptor) *draftWorld {
 	env := newEnvWith(t, wf, extra...)
 	h := activitiestest.New(t, policy.Durations{})
-	env.RegisterActivity(h.Activities)
-	env.RegisterActivity(h.Enrichment)
-	env.RegisterActivity(h.Reconciler)
+	workerapp.RegisterActivities(env, h.Activities, h.Enrichment, h.Reconciler)
 	return &draftWorld{t: t, env: env, h: h}
 }
 
@@ -200,10 +198,10 @@ func TestDraftReply_AwaitingApprovalPast72hEndsExpired(t *testing.T) {
 // generateCalls records GenerateDraft attempts.
 type generateCalls struct {
 	attempts
-	inputs []activities.GenerateInput
+	inputs []supportflow.GenerateInput
 }
 
-func validDraft(in activities.GenerateInput) supportflow.DraftProposal {
+func validDraft(in supportflow.GenerateInput) supportflow.DraftProposal {
 	return supportflow.DraftProposal{ID: in.ProposalID, TicketID: in.Ticket.Conversation.TicketID, Reply: "Thanks, we are on it.",
 		ConversationThrough: in.Ticket.Conversation.Through()}
 }
@@ -217,7 +215,7 @@ func TestDraftReply_ModelSilentAttemptTimesOutAndSecondAttemptRuns(t *testing.T)
 	ticket := w.seedTicket("Hello?")
 	var calls generateCalls
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			if calls.record(w.env, ctx) == 1 {
 				return supportflow.DraftProposal{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)
 			}
@@ -243,7 +241,7 @@ func TestDraftReply_HeartbeatSilenceRetries(t *testing.T) {
 	ticket := w.seedTicket("Hello?")
 	var calls generateCalls
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			if calls.record(w.env, ctx) == 1 {
 				return supportflow.DraftProposal{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
 			}
@@ -298,7 +296,7 @@ func TestDraftReply_SupersedeDuringDraftingCancelsAndRedrafts(t *testing.T) {
 	w := newDraftWorld(t)
 	ticket := w.seedTicket("My box arrived damaged.")
 	var mu sync.Mutex
-	var inputs []activities.GenerateInput
+	var inputs []supportflow.GenerateInput
 	// The environment delivers a cancellation to an activity's context
 	// only with a heartbeat sent after it, and throttles heartbeats to 48 s
 	// of wall clock; the workflow's cancel request is what this test
@@ -311,7 +309,7 @@ func TestDraftReply_SupersedeDuringDraftingCancelsAndRedrafts(t *testing.T) {
 	})
 	cancelled := make(chan error, 1)
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			mu.Lock()
 			inputs = append(inputs, in)
 			n := len(inputs)
@@ -345,7 +343,7 @@ func TestDraftReply_SupersedeDuringDraftingCancelsAndRedrafts(t *testing.T) {
 		t.Fatal("the first attempt never ended")
 	}
 	require.Len(t, inputs, 2)
-	bodies := func(in activities.GenerateInput) (out []string) {
+	bodies := func(in supportflow.GenerateInput) (out []string) {
 		for _, c := range in.Ticket.Conversation.Comments {
 			out = append(out, c.Body)
 		}
@@ -421,7 +419,7 @@ func TestDraftReply_SupersedeWhileExecutingIsIgnored(t *testing.T) {
 	w := newDraftWorld(t)
 	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
 	w.env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: time.Now()})
 			return w.h.Activities.PostReply(ctx, in)
 		})
@@ -469,7 +467,7 @@ func TestDraftReply_ApprovalWhileEndingIsRefused(t *testing.T) {
 			ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
 			var late *updateOutcome
 			w.env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(
-				func(ctx context.Context, in activities.ProposalStateInput) error {
+				func(ctx context.Context, in supportflow.ProposalStateInput) error {
 					if in.State == end && late == nil {
 						late = w.update(supportflow.ApproveUpdate, "late", supportflow.ApproveRequest{ProposalID: in.ProposalID})
 					}
@@ -498,7 +496,7 @@ func TestDraftReply_CancellingTheDraftDoesNotStopAnApprovedExecution(t *testing.
 	w := newDraftWorld(t)
 	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
 	w.env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			w.env.CancelWorkflow()
 			return w.h.Activities.PostReply(ctx, in)
 		})

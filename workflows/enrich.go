@@ -12,14 +12,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
-	"github.com/supportflow/supportflow/internal/bqlookup"
-	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/policy"
 )
-
-// en is the typed nil through which workflows name enrichment activities.
-var en *enrichment.Activities
 
 // lookupsPerRun bounds an enrichment run's history: after this many
 // lookups it continues as new, carrying its pending events.
@@ -165,7 +159,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 				break
 			}
 		}
-		in := enrichment.LookupInput{TicketID: req.TicketID}
+		in := supportflow.LookupInput{TicketID: req.TicketID}
 		for _, ev := range events {
 			if ev.RequesterID != 0 {
 				in.RequesterID = ev.RequesterID
@@ -174,9 +168,9 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		}
 		events = nil
 		setState(supportflow.EnrichLookingUp)
-		var out enrichment.LookupOutput
+		var out supportflow.LookupOutput
 		lctx := w.activityOptions(ctx, policy.KindBigQuery, d.LookupAttemptTimeout, true, onTicket("BigQuery lookup", req.TicketID))
-		err := workflow.ExecuteActivity(lctx, en.LookupCustomer, in).Get(ctx, &out)
+		err := call(lctx, supportflow.LookupCustomer, in).Get(ctx, &out)
 		runLookups++
 		st.Lookups++
 		if err != nil {
@@ -187,9 +181,9 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			if errors.As(err, &app) && app.NonRetryable() {
 				attempts, reason = 1, "the lookup cannot succeed as it stands ("+app.Type()+"); not retried"
 			}
-			dl := enrichment.DeadLetterInput{TicketID: req.TicketID, RequesterID: in.RequesterID, Attempts: attempts, LastError: st.Error, Reason: reason}
+			dl := supportflow.DeadLetterInput{TicketID: req.TicketID, RequesterID: in.RequesterID, Attempts: attempts, LastError: st.Error, Reason: reason}
 			dctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, fmt.Sprintf("dead-letter ticket %d", req.TicketID))
-			if derr := workflow.ExecuteActivity(dctx, en.DeadLetterTicket, dl).Get(ctx, nil); derr != nil {
+			if derr := call(dctx, supportflow.DeadLetterTicket, dl).Get(ctx, nil); derr != nil {
 				return st, derr
 			}
 			setState(supportflow.EnrichDeadLetter)
@@ -211,9 +205,9 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 				st.Error = "the lookup was recorded, but its note on the ticket failed: " + errorMessage(err)
 				if workflow.GetVersion(ctx, versionSettleFailedNote, workflow.DefaultVersion, 1) == 1 {
 					// The note's ledger row must not stay 'applying'.
-					settle := activities.SettleInput{Key: key, TicketID: req.TicketID, Error: st.Error}
+					settle := supportflow.SettleInput{Key: key, TicketID: req.TicketID, Error: st.Error}
 					sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, onTicket("settle enrichment note", req.TicketID))
-					if serr := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, nil); serr != nil {
+					if serr := call(sctx, supportflow.SettleAction, settle).Get(ctx, nil); serr != nil {
 						return st, serr
 					}
 				}
@@ -230,7 +224,7 @@ func noteKey(runID int64) string {
 
 // contentNoteKey is the ledger key of the note of one content of a
 // ticket's enrichment: the same content, the same key, one note.
-func contentNoteKey(ticketID int64, c bqlookup.Customer) string {
+func contentNoteKey(ticketID int64, c supportflow.Customer) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", c.CustomerID, c.Email, c.LifetimeOrders, strings.Join(c.ActiveSubscriptions, "\x00"))
 	return supportflow.ActionKey(fmt.Sprintf("enrich-%d-%x", ticketID, h.Sum(nil)[:8]), 0)
@@ -284,17 +278,17 @@ func (w *Workflows) mode(ctx workflow.Context) string {
 
 // noteEnrichment puts the customer data on the ticket as a private note,
 // once per recorded lookup, through the action ledger.
-func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, ticketID int64, key string, out enrichment.LookupOutput) error {
+func (w *Workflows) noteEnrichment(ctx workflow.Context, d policy.Durations, ticketID int64, key string, out supportflow.LookupOutput) error {
 	subs := "none"
 	if len(out.Customer.ActiveSubscriptions) > 0 {
 		subs = strings.Join(out.Customer.ActiveSubscriptions, ", ")
 	}
 	body := fmt.Sprintf("Customer %s: %d lifetime orders; active subscriptions: %s.", out.Customer.CustomerID, out.Customer.LifetimeOrders, subs)
-	in := activities.ActionInput{
+	in := supportflow.ActionInput{
 		Key:    key,
 		Action: supportflow.Action{TicketID: ticketID, Comment: &supportflow.Comment{Body: body, Public: false}},
 	}
 	actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post enrichment note", ticketID))
-	var r activities.PostReplyResult
-	return workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
+	var r supportflow.PostReplyResult
+	return call(actx, supportflow.PostReply, in).Get(ctx, &r)
 }

@@ -107,7 +107,7 @@ func TestEnrichTicket_EventDuringALookupCausesOneMore(t *testing.T) {
 	l := w.recordLookups()
 	calls := 0
 	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+		func(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 			calls++
 			if calls == 1 {
 				w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, time.Time{}))
@@ -132,8 +132,8 @@ func TestEnrichTicket_FiveFailedAttemptsDeadLetter(t *testing.T) {
 	w.seedCustomer()
 	l := w.recordLookups()
 	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
-			return enrichment.LookupOutput{}, errors.New("bigquery: backendError: the backend is unavailable")
+		func(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
+			return supportflow.LookupOutput{}, errors.New("bigquery: backendError: the backend is unavailable")
 		})
 	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
 		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})
@@ -175,10 +175,10 @@ func TestEnrichTicket_HeartbeatSilenceRetries(t *testing.T) {
 	l := w.recordLookups()
 	calls := 0
 	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+		func(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 			calls++
 			if calls == 1 {
-				return enrichment.LookupOutput{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+				return supportflow.LookupOutput{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
 			}
 			return w.h.Enrichment.LookupCustomer(ctx, in)
 		})
@@ -277,7 +277,7 @@ func TestEnrichTicket_EachAttemptWritesOneLookupLogRow(t *testing.T) {
 	l := w.recordLookups()
 	attempts := 0
 	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+		func(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 			attempts++
 			if attempts == 3 {
 				w.h.BigQuery.ClearFaults()
@@ -333,10 +333,10 @@ func TestEnrichTicket_ContinuesAsNewAfter25LookupsCarryingEvents(t *testing.T) {
 	w.seedCustomer()
 	calls := 0
 	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+		func(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 			calls++
 			w.env.SignalWorkflow(supportflow.TicketEventSignal, event(7, supportflow.TicketUpdated, time.Time{}))
-			return enrichment.LookupOutput{RunID: int64(calls), RequesterID: requester, Found: true}, nil
+			return supportflow.LookupOutput{RunID: int64(calls), RequesterID: requester, Found: true}, nil
 		})
 	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7, Lookups: 3,
 		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketUpdated, w.env.Now())}})

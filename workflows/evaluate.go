@@ -7,9 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
-	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // DefaultEvaluationConcurrency is the drafts an evaluation keeps in flight
@@ -85,7 +83,7 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 	wg.Wait(ctx)
 	describe("recording the summary")
 	sctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, "record evaluation summary, "+plural(st.Total, "ticket"))
-	if err := workflow.ExecuteActivity(sctx, a.RecordEvalSummary, st).Get(ctx, nil); err != nil {
+	if err := call(sctx, supportflow.RecordEvalSummary, st).Get(ctx, nil); err != nil {
 		return st, err
 	}
 	st.Finished = true
@@ -97,23 +95,23 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 // be drafted (its error is stored with the result). p is the draft (its
 // token usage counted whether or not the result was stored).
 func (w *Workflows) evaluateOne(ctx workflow.Context, d policy.Durations, runID string, ticket int64) (score float64, p supportflow.DraftProposal, ok bool) {
-	in := activities.EvalResultInput{RunID: runID, TicketID: ticket}
-	var tc activities.TicketContext
+	in := supportflow.EvalResultInput{RunID: runID, TicketID: ticket}
+	var tc supportflow.TicketContext
 	lctx := w.activityOptions(ctx, policy.KindZendeskRead, LoadTicketDeadline(d), true, fmt.Sprintf("load ticket %d for evaluation", ticket))
-	err := workflow.ExecuteActivity(lctx, a.LoadTicket, activities.LoadTicketInput{TicketID: ticket, ForEvaluation: true}).Get(ctx, &tc)
+	err := call(lctx, supportflow.LoadTicket, supportflow.LoadTicketInput{TicketID: ticket, ForEvaluation: true}).Get(ctx, &tc)
 	if err == nil {
 		in.ActualReply = tc.ActualReply
 		gctx := w.activityOptions(ctx, policy.KindModel, d.ModelAttemptTimeout, true, onTicket("model draft for evaluation", ticket))
-		gen := activities.GenerateInput{ProposalID: fmt.Sprintf("eval-%d", ticket), Ticket: tc}
-		err = workflow.ExecuteActivity(gctx, a.GenerateDraft, gen).Get(ctx, &p)
+		gen := supportflow.GenerateInput{ProposalID: fmt.Sprintf("eval-%d", ticket), Ticket: tc}
+		err = call(gctx, supportflow.GenerateDraft, gen).Get(ctx, &p)
 		in.Draft = p.Reply
 	}
 	if err != nil {
 		in.Error = errorMessage(err)
 	}
 	rctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, onTicket("record evaluation result", ticket))
-	if rerr := workflow.ExecuteActivity(rctx, a.RecordEvalResult, in).Get(ctx, &score); rerr != nil {
-		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error_type", telemetry.ErrorClass(rerr))
+	if rerr := call(rctx, supportflow.RecordEvalResult, in).Get(ctx, &score); rerr != nil {
+		workflow.GetLogger(ctx).Error("recording an evaluation result failed", "ticket_id", ticket, "error_type", policy.ErrorClass(rerr))
 		return 0, p, false
 	}
 	return score, p, err == nil

@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/standin"
 )
@@ -84,7 +83,7 @@ func TestEvaluateDrafts_BoundsConcurrency(t *testing.T) {
 	var mu sync.Mutex
 	inFlight, most := 0, 0
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			mu.Lock()
 			inFlight++
 			most = max(most, inFlight)

@@ -16,9 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
-	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // Workflows carries the durations its workflows arm. Register it with
@@ -66,9 +64,6 @@ func (w *Workflows) Register(r worker.WorkflowRegistry) {
 }
 
 func (w *Workflows) durations() policy.Durations { return w.Durations.Fill() }
-
-// a is the typed nil through which workflows name activities.
-var a *activities.Activities
 
 // activityOptions arms one activity call: a start-to-close deadline per
 // attempt (time waiting in the queue does not count), the heartbeat
@@ -155,7 +150,7 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 	for i, act := range p.Actions {
 		st := &statuses[i]
 		st.State = supportflow.StateApplying
-		in := activities.ActionInput{Key: st.Key, Action: act, ReplyLast: replyLast}
+		in := supportflow.ActionInput{Key: st.Key, Action: act, ReplyLast: replyLast}
 		step := func(what string) { actionDetails(ctx, p, i, what) }
 		if fromReceivers {
 			if err := w.executeAction(ctx, p.ID, i, in, statuses, step); err != nil {
@@ -166,10 +161,10 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			continue
 		}
 		reply := func() error {
-			var r activities.PostReplyResult
+			var r supportflow.PostReplyResult
 			step("executing: " + zendeskWords(act))
 			actx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket(zendeskWords(act), act.TicketID))
-			err := workflow.ExecuteActivity(actx, a.PostReply, in).Get(ctx, &r)
+			err := call(actx, supportflow.PostReply, in).Get(ctx, &r)
 			if err == nil {
 				st.CommentID = r.CommentID
 				log.Info("reply on ticket", "action_key", st.Key, "comment_id", r.CommentID, "source", r.Source)
@@ -177,10 +172,10 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			return err
 		}
 		cancelLeg := func() error {
-			var r activities.CancelResult
+			var r supportflow.CancelResult
 			step("executing: " + cancelWords(act))
 			actx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true, onTicket(cancelWords(act), act.TicketID))
-			err := workflow.ExecuteActivity(actx, a.CancelSubscriptions, in).Get(ctx, &r)
+			err := call(actx, supportflow.CancelSubscriptions, in).Get(ctx, &r)
 			var app *temporal.ApplicationError
 			if err != nil && errors.As(err, &app) && app.HasDetails() {
 				_ = app.Details(&r) // a refusal carries what was cancelled
@@ -222,9 +217,9 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			dctx, _ := workflow.NewDisconnectedContext(ctx)
 			sctx = w.activityOptions(dctx, policy.KindLedger, d.Lease, false, settleSummary)
 		}
-		settle := activities.SettleInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error,
+		settle := supportflow.SettleInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error,
 			HeldBack: cancelFailed && act.Comment != nil}
-		if err := workflow.ExecuteActivity(sctx, a.SettleAction, settle).Get(ctx, &state); err != nil {
+		if err := call(sctx, supportflow.SettleAction, settle).Get(ctx, &state); err != nil {
 			return statuses, err
 		}
 		st.State = state
@@ -236,12 +231,12 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 		if cancelFailed && act.Comment != nil && act.Comment.Public {
 			// The customer was not told; the agents must be. A private
 			// note on the ticket, itself exactly once through the ledger.
-			note := activities.ActionInput{Key: attentionKey(p.ID, i), Action: supportflow.Action{TicketID: act.TicketID,
+			note := supportflow.ActionInput{Key: attentionKey(p.ID, i), Action: supportflow.Action{TicketID: act.TicketID,
 				Comment: &supportflow.Comment{Body: attentionNote(st), Public: false}}}
 			step("posting the agents' note")
 			nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post attention note", act.TicketID))
-			if err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil); err != nil {
-				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", telemetry.ErrorClass(err))
+			if err := call(nctx, supportflow.PostReply, note).Get(ctx, nil); err != nil {
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", policy.ErrorClass(err))
 			}
 			if state == supportflow.StateNeedsAttention && workflow.GetVersion(ctx, versionNeedsAttentionAttr, workflow.DefaultVersion, 1) == 1 {
 				// Operators find these in the Web UI: SupportflowState = needs_attention.

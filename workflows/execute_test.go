@@ -22,9 +22,12 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/activities/activitiestest"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/workerapp"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/workflows"
@@ -88,11 +91,11 @@ func (a *attempts) gaps() []time.Duration {
 
 // proposalStates mocks SetProposalState, with which an execution records
 // its end on its proposal, and returns what it was asked to record.
-func proposalStates(env *testsuite.TestWorkflowEnvironment) *[]activities.ProposalStateInput {
+func proposalStates(env *testsuite.TestWorkflowEnvironment) *[]supportflow.ProposalStateInput {
 	var mu sync.Mutex
-	var states []activities.ProposalStateInput
+	var states []supportflow.ProposalStateInput
 	env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ProposalStateInput) error {
+		func(ctx context.Context, in supportflow.ProposalStateInput) error {
 			mu.Lock()
 			defer mu.Unlock()
 			states = append(states, in)
@@ -103,15 +106,15 @@ func proposalStates(env *testsuite.TestWorkflowEnvironment) *[]activities.Propos
 
 func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	marked := proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			if calls.record(env, ctx) < 10 {
-				return activities.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 500, Err: errors.New("internal error")}
+				return supportflow.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 500, Err: errors.New("internal error")}
 			}
-			return activities.PostReplyResult{CommentID: 7, State: supportflow.StateApplied}, nil
+			return supportflow.PostReplyResult{CommentID: 7, State: supportflow.StateApplied}, nil
 		})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-retry"))
 	require.True(t, env.IsWorkflowCompleted())
@@ -140,7 +143,7 @@ func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 	var statuses []supportflow.ActionStatus
 	require.NoError(t, env.GetWorkflowResult(&statuses))
 	assert.Equal(t, supportflow.StateApplied, statuses[0].State)
-	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-retry", State: supportflow.DraftDone}}, *marked,
+	assert.Equal(t, []supportflow.ProposalStateInput{{ProposalID: "p-retry", State: supportflow.DraftDone}}, *marked,
 		"the execution records its proposal's end")
 }
 
@@ -151,34 +154,34 @@ func TestExecuteProposal_RetryDelaysFollowThePolicy(t *testing.T) {
 // service's text; the workflow's status keeps the error.
 func TestExecuteProposal_AttemptBudgetEndsInSettle(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	marked := proposalStates(env)
 	var (
 		mu    sync.Mutex
 		calls attempts
-		notes []activities.ActionInput
+		notes []supportflow.ActionInput
 	)
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			if strings.HasPrefix(in.Key, supportflow.AttentionPrefix) {
 				mu.Lock()
 				notes = append(notes, in)
 				mu.Unlock()
-				return activities.PostReplyResult{CommentID: 99, Source: "posted", State: supportflow.StateApplied}, nil
+				return supportflow.PostReplyResult{CommentID: 99, Source: "posted", State: supportflow.StateApplied}, nil
 			}
 			calls.record(env, ctx)
-			return activities.PostReplyResult{}, errors.New("connection reset by peer")
+			return supportflow.PostReplyResult{}, errors.New("connection reset by peer")
 		})
-	var settled []activities.SettleLegsInput
+	var settled []supportflow.SettleLegsInput
 	env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.SettleLegsInput) (activities.SettleLegsResult, error) {
+		func(ctx context.Context, in supportflow.SettleLegsInput) (supportflow.SettleLegsResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			settled = append(settled, in)
 			if !in.Fenced {
-				return activities.SettleLegsResult{State: supportflow.StateApplying, NeedsFence: true}, nil
+				return supportflow.SettleLegsResult{State: supportflow.StateApplying, NeedsFence: true}, nil
 			}
-			return activities.SettleLegsResult{State: supportflow.StateFailed}, nil
+			return supportflow.SettleLegsResult{State: supportflow.StateFailed}, nil
 		}).Twice()
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-budget"))
 	var app *temporal.ApplicationError
@@ -210,20 +213,20 @@ func TestExecuteProposal_AttemptBudgetEndsInSettle(t *testing.T) {
 	assert.Equal(t, supportflow.StateFailed, statuses[0].State)
 	assert.Contains(t, statuses[0].Error, "connection reset by peer", "the workflow's status keeps the last error")
 	assert.Equal(t, "a service kept failing", statuses[0].Reason)
-	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-budget", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
+	assert.Equal(t, []supportflow.ProposalStateInput{{ProposalID: "p-budget", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
 }
 
 func TestExecuteProposal_RetryWaitsAtLeastRetryAfter(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			if calls.record(env, ctx) == 1 {
-				return activities.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 429, RetryAfter: 120 * time.Second, Err: errors.New("rate limited")}
+				return supportflow.PostReplyResult{}, &zendeskclient.Error{Op: "post comment", Status: 429, RetryAfter: 120 * time.Second, Err: errors.New("rate limited")}
 			}
-			return activities.PostReplyResult{CommentID: 7}, nil
+			return supportflow.PostReplyResult{CommentID: 7}, nil
 		})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-429"))
 	require.NoError(t, env.GetWorkflowError())
@@ -234,17 +237,17 @@ func TestExecuteProposal_RetryWaitsAtLeastRetryAfter(t *testing.T) {
 
 func TestExecuteProposal_HeartbeatTimeoutStartsANewAttempt(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	proposalStates(env)
 	var calls attempts
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			if calls.record(env, ctx) == 1 {
 				// What the server reports when the worker went silent for
 				// longer than the heartbeat timeout (e.g. it was killed).
-				return activities.PostReplyResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+				return supportflow.PostReplyResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
 			}
-			return activities.PostReplyResult{CommentID: 7, Source: "audit"}, nil
+			return supportflow.PostReplyResult{CommentID: 7, Source: "audit"}, nil
 		})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, replyProposal("p-hb"))
 	require.NoError(t, env.GetWorkflowError())
@@ -267,10 +270,10 @@ func TestExecuteProposal_BadInputFailsAtOnceAndRunsNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := newEnv(t)
-			env.RegisterActivity(&activities.Activities{})
-			env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(activities.PostReplyResult{}, nil).Never()
-			env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(activities.CancelResult{}, nil).Never()
-			env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(activities.SettleLegsResult{}, nil).Never()
+			registerActivities(env, &activities.Activities{})
+			env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(supportflow.PostReplyResult{}, nil).Never()
+			env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(supportflow.CancelResult{}, nil).Never()
+			env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(supportflow.SettleLegsResult{}, nil).Never()
 			env.OnActivity("SetProposalState", mock.Anything, mock.Anything).Return(nil).Never()
 			env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, p)
 			err := env.GetWorkflowError()
@@ -282,11 +285,17 @@ func TestExecuteProposal_BadInputFailsAtOnceAndRunsNothing(t *testing.T) {
 	}
 }
 
+// registerActivities registers a's activities (and stubs of the rest)
+// from the worker's one table, by their contract names.
+func registerActivities(env *testsuite.TestWorkflowEnvironment, a *activities.Activities) {
+	workerapp.RegisterActivities(env, a, &enrichment.Activities{}, &ingest.Reconciler{})
+}
+
 // newReal registers the real activities on a real ledger and the
 // stand-ins.
 func newReal(t *testing.T, env *testsuite.TestWorkflowEnvironment) *activitiestest.Harness {
 	h := activitiestest.New(t, policy.Defaults())
-	env.RegisterActivity(h.Activities)
+	registerActivities(env, h.Activities)
 	return h
 }
 
@@ -355,7 +364,7 @@ func TestExecuteProposal_NonRetryable4xxEndsFailed(t *testing.T) {
 	assert.Equal(t, ledger.LegDone, sub.State)
 	assert.Zero(t, a.CommentID(), "no reply landed")
 	_, err = r.Ledger.Get(context.Background(), "p-404:1")
-	assert.ErrorIs(t, err, ledger.ErrNotFound, "later actions are not started")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "later actions are not started")
 
 	res, err := env.QueryWorkflow(supportflow.ActionsQuery)
 	require.NoError(t, err)
@@ -380,7 +389,7 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	// The requester's customer data still lists it, so it is theirs to
 	// cancel, and the cancellation is sent.
 	require.NoError(t, r.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
-		ledger.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: []string{"sub-gone", "sub-ok"}}))
+		supportflow.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: []string{"sub-gone", "sub-ok"}}))
 	p := supportflow.Proposal{ID: "p-partial", Actions: []supportflow.Action{
 		{TicketID: ticket, Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-gone", "sub-ok"}},
 	}}
@@ -413,18 +422,18 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 // (SettleLegs with ResolveOnly) finds, final what the final settle does.
 type lostCancellation struct {
 	mu      sync.Mutex
-	settles []activities.SettleLegsInput
-	writes  []activities.ActionInput
+	settles []supportflow.SettleLegsInput
+	writes  []supportflow.ActionInput
 }
 
-func mockLostCancellation(env *testsuite.TestWorkflowEnvironment, look, final activities.SettleLegsResult) *lostCancellation {
+func mockLostCancellation(env *testsuite.TestWorkflowEnvironment, look, final supportflow.SettleLegsResult) *lostCancellation {
 	m := &lostCancellation{}
 	env.OnActivity("CancelSubscriptions", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.CancelResult, error) {
-			return activities.CancelResult{Cancelled: []string{"sub-1"}}, errors.New("subscription sub-2: connection reset by peer")
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.CancelResult, error) {
+			return supportflow.CancelResult{Cancelled: []string{"sub-1"}}, errors.New("subscription sub-2: connection reset by peer")
 		})
 	env.OnActivity("SettleLegs", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.SettleLegsInput) (activities.SettleLegsResult, error) {
+		func(ctx context.Context, in supportflow.SettleLegsInput) (supportflow.SettleLegsResult, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.settles = append(m.settles, in)
@@ -434,11 +443,11 @@ func mockLostCancellation(env *testsuite.TestWorkflowEnvironment, look, final ac
 			return final, nil
 		})
 	env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.ActionInput) (activities.PostReplyResult, error) {
+		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.writes = append(m.writes, in)
-			return activities.PostReplyResult{CommentID: int64(70 + len(m.writes)), Source: "posted", State: supportflow.StateApplied}, nil
+			return supportflow.PostReplyResult{CommentID: int64(70 + len(m.writes)), Source: "posted", State: supportflow.StateApplied}, nil
 		})
 	return m
 }
@@ -453,16 +462,16 @@ func cancelBothProposal(id string) supportflow.Proposal {
 // its proposal end done.
 func TestExecuteProposal_LostAnswersThatLandedStillSendTheReply(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	marked := proposalStates(env)
 	m := mockLostCancellation(env,
-		activities.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1", "sub-2"}, AllCancelled: true},
-		activities.SettleLegsResult{})
+		supportflow.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1", "sub-2"}, AllCancelled: true},
+		supportflow.SettleLegsResult{})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, cancelBothProposal("p-lost"))
 	require.NoError(t, env.GetWorkflowError())
 
 	require.Len(t, m.settles, 1, "one quick look, no final settle")
-	assert.Equal(t, activities.SettleLegsInput{Key: "p-lost:0", TicketID: 42, ResolveOnly: true}, m.settles[0])
+	assert.Equal(t, supportflow.SettleLegsInput{Key: "p-lost:0", TicketID: 42, ResolveOnly: true}, m.settles[0])
 	require.Len(t, m.writes, 1, "the reply, and no note")
 	assert.Equal(t, "p-lost:0", m.writes[0].Key)
 	assert.True(t, m.writes[0].ReplyLast)
@@ -475,7 +484,7 @@ func TestExecuteProposal_LostAnswersThatLandedStillSendTheReply(t *testing.T) {
 	assert.Equal(t, []string{"sub-1", "sub-2"}, statuses[0].Cancelled)
 	assert.Equal(t, int64(71), statuses[0].CommentID)
 	assert.Empty(t, statuses[0].Reason)
-	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-lost", State: supportflow.DraftDone}}, *marked)
+	assert.Equal(t, []supportflow.ProposalStateInput{{ProposalID: "p-lost", State: supportflow.DraftDone}}, *marked)
 }
 
 // The service cannot say whether sub-2 was cancelled: the reply is held
@@ -484,11 +493,11 @@ func TestExecuteProposal_LostAnswersThatLandedStillSendTheReply(t *testing.T) {
 // with a classified reason, never the service's text.
 func TestExecuteProposal_UnresolvedCancellationHoldsTheReplyBack(t *testing.T) {
 	env := newEnv(t)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	marked := proposalStates(env)
 	m := mockLostCancellation(env,
-		activities.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}},
-		activities.SettleLegsResult{State: supportflow.StateNeedsAttention, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}})
+		supportflow.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}},
+		supportflow.SettleLegsResult{State: supportflow.StateNeedsAttention, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, cancelBothProposal("p-held"))
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
@@ -518,5 +527,5 @@ func TestExecuteProposal_UnresolvedCancellationHoldsTheReplyBack(t *testing.T) {
 	assert.Equal(t, supportflow.StateNeedsAttention, statuses[0].State)
 	assert.Equal(t, []string{"sub-1"}, statuses[0].Cancelled)
 	assert.Equal(t, []string{"cancel_subscription sub-2"}, statuses[0].Unknown)
-	assert.Equal(t, []activities.ProposalStateInput{{ProposalID: "p-held", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
+	assert.Equal(t, []supportflow.ProposalStateInput{{ProposalID: "p-held", State: supportflow.DraftFailed, Error: "a service kept failing"}}, *marked)
 }

@@ -19,8 +19,6 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
-	"github.com/supportflow/supportflow/internal/enrichment"
-	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/workflows"
 )
@@ -150,7 +148,7 @@ func TestMetadata_DraftReplyShowsTicketStateAndTokens(t *testing.T) {
 	w := newDraftWorldWith(t, &workflows.Workflows{}, rec)
 	ticket := w.seedTicket("Please cancel my subscription.")
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).After(10 * time.Minute).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			p := validDraft(in)
 			p.PromptTokens, p.CompletionTokens = 812, 164
 			return p, nil
@@ -220,7 +218,7 @@ func TestMetadata_DraftReplyHeldBackNeedsAttention(t *testing.T) {
 	w := newDraftWorld(t)
 	ticket := w.seedTicket("Cancel both please.")
 	w.env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.GenerateInput) (supportflow.DraftProposal, error) {
+		func(ctx context.Context, in supportflow.GenerateInput) (supportflow.DraftProposal, error) {
 			p := validDraft(in)
 			p.PromptTokens, p.CompletionTokens = 500, 80
 			return p, nil
@@ -279,11 +277,11 @@ func TestMetadata_ExecuteProposalAppliedNamesEachLeg(t *testing.T) {
 func TestMetadata_ExecuteProposalNeedsAttention(t *testing.T) {
 	rec := newSummaries()
 	env := newEnvWith(t, &workflows.Workflows{}, rec)
-	env.RegisterActivity(&activities.Activities{})
+	registerActivities(env, &activities.Activities{})
 	proposalStates(env)
 	mockLostCancellation(env,
-		activities.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}},
-		activities.SettleLegsResult{State: supportflow.StateNeedsAttention, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}})
+		supportflow.SettleLegsResult{State: supportflow.StateApplying, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}},
+		supportflow.SettleLegsResult{State: supportflow.StateNeedsAttention, Cancelled: []string{"sub-1"}, Unknown: []string{"cancel_subscription sub-2"}})
 	env.ExecuteWorkflow(supportflow.ExecuteProposalWorkflow, cancelBothProposal("p-held"))
 	require.Error(t, env.GetWorkflowError())
 
@@ -327,9 +325,7 @@ func TestMetadata_ScheduledWorkflowsReportCounts(t *testing.T) {
 	newMocked := func(t *testing.T) (*testsuite.TestWorkflowEnvironment, *summaries) {
 		rec := newSummaries()
 		env := newEnvWith(t, &workflows.Workflows{}, rec)
-		env.RegisterActivity(&activities.Activities{})
-		env.RegisterActivity(&enrichment.Activities{})
-		env.RegisterActivity(&ingest.Reconciler{})
+		registerActivities(env, &activities.Activities{})
 		return env, rec
 	}
 	t.Run("scan", func(t *testing.T) {
@@ -363,7 +359,7 @@ func TestMetadata_ScheduledWorkflowsReportCounts(t *testing.T) {
 	})
 	t.Run("evaluate", func(t *testing.T) {
 		env, rec := newMocked(t)
-		env.OnActivity("LoadTicket", mock.Anything, mock.Anything).Return(activities.TicketContext{ActualReply: "Hi Ada, it shipped."}, nil)
+		env.OnActivity("LoadTicket", mock.Anything, mock.Anything).Return(supportflow.TicketContext{ActualReply: "Hi Ada, it shipped."}, nil)
 		env.OnActivity("GenerateDraft", mock.Anything, mock.Anything).Return(
 			supportflow.DraftProposal{Reply: "Hi Ada, it is on its way.", PromptTokens: 100, CompletionTokens: 20}, nil)
 		env.OnActivity("RecordEvalResult", mock.Anything, mock.Anything).Return(0.5, nil)

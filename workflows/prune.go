@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
 )
 
@@ -30,11 +31,11 @@ func (w *Workflows) PruneRetention(ctx workflow.Context) (map[string]int64, erro
 		}
 		setDetails(ctx, "prune", state, fmt.Sprintf("%d rows deleted", total))
 	}
-	step := func(act any, what string) error {
+	step := func(act supportflow.Activity[supportflow.None, map[string]int64], what string) error {
 		describe(what)
 		actx := w.activityOptions(ctx, policy.KindLedger, pruneDeadline, false, "prune "+what)
 		var n map[string]int64
-		if err := workflow.ExecuteActivity(actx, act).Get(ctx, &n); err != nil {
+		if err := call(actx, act, supportflow.None{}).Get(ctx, &n); err != nil {
 			return err
 		}
 		for k, v := range n {
@@ -42,16 +43,16 @@ func (w *Workflows) PruneRetention(ctx workflow.Context) (map[string]int64, erro
 		}
 		return nil
 	}
-	if err := step(a.PruneLedger, "ledger"); err != nil {
+	if err := step(supportflow.PruneLedger, "ledger"); err != nil {
 		return out, err
 	}
-	if err := step(en.PruneEnrichment, "enrichment"); err != nil {
+	if err := step(supportflow.PruneEnrichment, "enrichment"); err != nil {
 		return out, err
 	}
 	// Ticket events and reconciliation runs joined the prune later;
 	// histories from before run without it.
 	if workflow.GetVersion(ctx, versionPruneTicketEvents, workflow.DefaultVersion, 1) == 1 {
-		if err := step(rc.PruneTicketEvents, "ticket events"); err != nil {
+		if err := step(supportflow.PruneTicketEvents, "ticket events"); err != nil {
 			return out, err
 		}
 	}

@@ -7,12 +7,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/policy"
 )
-
-// rc is the typed nil through which workflows name the reconciler.
-var rc *ingest.Reconciler
 
 // ReconcileDeadline bounds one reconciliation attempt: at most 20 export
 // requests paced to Zendesk's 10 a minute, and the mirror writes.
@@ -32,7 +28,7 @@ func (w *Workflows) ReconcileTickets(ctx workflow.Context, _ supportflow.Reconci
 	}
 	setDetails(ctx, "reconcile", "reading Zendesk's incremental exports")
 	actx := w.activityOptions(ctx, policy.KindZendeskRead, ReconcileDeadline, true, "reconcile from Zendesk's incremental exports")
-	err := workflow.ExecuteActivity(actx, rc.ReconcileTickets, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, &res)
+	err := call(actx, supportflow.ReconcileTickets, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, &res)
 	if err != nil {
 		setDetails(ctx, "reconcile", "failed", errorKind(err))
 		return res, err

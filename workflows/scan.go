@@ -11,7 +11,6 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/policy"
-	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // ScanTickets starts a DraftReply for each mirrored ticket that needs one
@@ -35,7 +34,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 	var res supportflow.ScanResult
 	setDetails(ctx, "scan", "finding draft candidates")
 	fctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, fmt.Sprintf("find draft candidates, limit %d", limit))
-	if err := workflow.ExecuteActivity(fctx, a.FindDraftCandidates, limit).Get(ctx, &res.Candidates); err != nil {
+	if err := call(fctx, supportflow.FindDraftCandidates, limit).Get(ctx, &res.Candidates); err != nil {
 		return res, err
 	}
 	setDetails(ctx, "scan", "starting "+plural(len(res.Candidates), "draft"))
@@ -61,7 +60,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 		case errors.As(err, &running):
 			res.Running = append(res.Running, ticket)
 		default:
-			workflow.GetLogger(ctx).Error("starting a draft failed", "ticket_id", ticket, "error_type", telemetry.ErrorClass(err))
+			workflow.GetLogger(ctx).Error("starting a draft failed", "ticket_id", ticket, "error_type", policy.ErrorClass(err))
 			res.Failed = append(res.Failed, ticket)
 		}
 	}

@@ -33,7 +33,7 @@ func TestScanTickets_StartsOneDraftPerEligibleTicket(t *testing.T) {
 	}
 	mirror(1, "open", now.Add(-time.Hour), now.Add(-2*time.Hour)) // eligible: customer spoke last
 	mirror(2, "new", now.Add(-time.Minute), time.Time{})          // eligible: never answered, enriched
-	require.NoError(t, w.h.Ledger.PutEnrichment(ctx, 2, 902, ledger.Enrichment{CustomerID: "c-2"}))
+	require.NoError(t, w.h.Ledger.PutEnrichment(ctx, 2, 902, supportflow.Enrichment{CustomerID: "c-2"}))
 	mirror(10, "open", now.Add(-time.Minute), time.Time{})        // just written, not enriched yet: waits
 	mirror(3, "solved", now.Add(-time.Hour), time.Time{})         // closed
 	mirror(4, "open", now.Add(-2*time.Hour), now.Add(-time.Hour)) // agent spoke last

@@ -12,9 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/policy"
-	"github.com/supportflow/supportflow/internal/telemetry"
 )
 
 // executeAction runs one action of an execution that settles from the
@@ -24,23 +22,23 @@ import (
 // ends applied.
 //
 // step sets the run's current details to what the action is doing.
-func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int, in activities.ActionInput, statuses []supportflow.ActionStatus, step func(string)) error {
+func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int, in supportflow.ActionInput, statuses []supportflow.ActionStatus, step func(string)) error {
 	d := w.durations()
 	log := workflow.GetLogger(ctx)
 	st, act := &statuses[i], in.Action
 	var cancelErr, replyErr error
 	if len(act.CancelSubscriptions) > 0 {
-		var r activities.CancelResult
+		var r supportflow.CancelResult
 		step("executing: " + cancelWords(act))
 		cctx := w.activityOptions(ctx, policy.KindSubscriptions, CancelSubscriptionsDeadline(d, len(act.CancelSubscriptions)), true, onTicket(cancelWords(act), act.TicketID))
-		cancelErr = workflow.ExecuteActivity(cctx, a.CancelSubscriptions, in).Get(ctx, &r)
+		cancelErr = call(cctx, supportflow.CancelSubscriptions, in).Get(ctx, &r)
 		st.Cancelled = r.Cancelled
 		if cancelErr != nil && !isRefusal(cancelErr) && !temporal.IsCanceledError(cancelErr) {
 			// Retries spent on failures that may have landed (5xx, a
 			// timeout): every cancellation may be done with only its answer
 			// lost. Ask the service before giving up on the reply.
 			step("asking the subscription service what landed")
-			res, err := w.settleLegs(ctx, activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, ResolveOnly: true}, len(act.CancelSubscriptions), false,
+			res, err := w.settleLegs(ctx, supportflow.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, ResolveOnly: true}, len(act.CancelSubscriptions), false,
 				onTicket("check cancellations", act.TicketID))
 			if err == nil {
 				st.Cancelled = res.Cancelled
@@ -54,10 +52,10 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	zendeskTried := false
 	if cancelErr == nil && act.HasZendeskLeg() {
 		zendeskTried = true
-		var r activities.PostReplyResult
+		var r supportflow.PostReplyResult
 		step("executing: " + zendeskWords(act))
 		zctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket(zendeskWords(act), act.TicketID))
-		replyErr = workflow.ExecuteActivity(zctx, a.PostReply, in).Get(ctx, &r)
+		replyErr = call(zctx, supportflow.PostReply, in).Get(ctx, &r)
 		if replyErr == nil {
 			st.CommentID = r.CommentID
 			log.Info("reply on ticket", "action_key", st.Key, "comment_id", r.CommentID, "source", r.Source)
@@ -84,7 +82,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		sctx, _ = workflow.NewDisconnectedContext(ctx)
 	}
 	heldBack := cancelErr != nil && act.Comment != nil
-	settle := activities.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error, HeldBack: heldBack,
+	settle := supportflow.SettleLegsInput{Key: st.Key, TicketID: act.TicketID, Error: st.Error, HeldBack: heldBack,
 		ZendeskMayHaveLanded: zendeskTried && !isRefusal(replyErr)}
 	step("settling")
 	settleSummary := onTicket("settle action", act.TicketID)
@@ -101,7 +99,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		if noteErr == nil {
 			settle.Fenced = true
 		} else {
-			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error_type", telemetry.ErrorClass(noteErr))
+			log.Error("the fence note could not be written; the reply's outcome stays unknown", "action_key", st.Key, "error_type", policy.ErrorClass(noteErr))
 			settle.GiveUp = true
 		}
 		step("settling")
@@ -130,7 +128,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 			noteKey := attentionKey(proposalID+"/"+hex.EncodeToString(sum[:8]), i)
 			step("posting the agents' note")
 			if err := w.postNote(sctx, noteKey, act.TicketID, body, "attention note"); err != nil {
-				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", telemetry.ErrorClass(err))
+				log.Error("the note telling the agents failed", "action_key", st.Key, "error_type", policy.ErrorClass(err))
 			}
 		}
 		// Operators find these in the Web UI: SupportflowState = needs_attention.
@@ -144,7 +142,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 // UnresolvedLegBound while a receiver cannot be read, then settles with
 // GiveUp (needs_attention with the leg still unknown, and an alert).
 // summary names the call in the Web UI.
-func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInput, subscriptions int, bounded bool, summary string) (activities.SettleLegsResult, error) {
+func (w *Workflows) settleLegs(ctx workflow.Context, in supportflow.SettleLegsInput, subscriptions int, bounded bool, summary string) (supportflow.SettleLegsResult, error) {
 	d := w.durations()
 	opts := workflow.ActivityOptions{
 		// A status read and a repeated cancel per subscription, and an
@@ -163,8 +161,8 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 		opts.RetryPolicy.MaximumAttempts = 0
 		opts.ScheduleToCloseTimeout = 2*d.Lease + opts.StartToCloseTimeout
 	}
-	var res activities.SettleLegsResult
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
+	var res supportflow.SettleLegsResult
+	err := call(workflow.WithActivityOptions(ctx, opts), supportflow.SettleLegs, in).Get(ctx, &res)
 	if err == nil || !bounded || in.GiveUp {
 		return res, err
 	}
@@ -173,10 +171,10 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 		return res, err
 	}
 	workflow.GetLogger(ctx).Error("a leg's outcome could not be learned within the bound; ending needs_attention",
-		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error_type", telemetry.ErrorClass(err))
+		"action_key", in.Key, "bound", d.UnresolvedLegBound, "error_type", policy.ErrorClass(err))
 	in.GiveUp = true
 	opts.Summary = summary + " (giving up)"
-	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.SettleLegs, in).Get(ctx, &res)
+	err = call(workflow.WithActivityOptions(ctx, opts), supportflow.SettleLegs, in).Get(ctx, &res)
 	return res, err
 }
 
@@ -186,17 +184,17 @@ func (w *Workflows) settleLegs(ctx workflow.Context, in activities.SettleLegsInp
 // note").
 func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, body, what string) error {
 	d := w.durations()
-	note := activities.ActionInput{Key: key, Action: supportflow.Action{TicketID: ticketID,
+	note := supportflow.ActionInput{Key: key, Action: supportflow.Action{TicketID: ticketID,
 		Comment: &supportflow.Comment{Body: body, Public: false}}}
 	nctx := w.activityOptions(ctx, policy.KindZendesk, PostReplyDeadline(d), true, onTicket("post "+what, ticketID))
-	err := workflow.ExecuteActivity(nctx, a.PostReply, note).Get(ctx, nil)
+	err := call(nctx, supportflow.PostReply, note).Get(ctx, nil)
 	if err == nil {
 		return nil
 	}
-	settle := activities.SettleLegsInput{Key: key, TicketID: ticketID, Error: errorMessage(err), Fenced: true,
+	settle := supportflow.SettleLegsInput{Key: key, TicketID: ticketID, Error: errorMessage(err), Fenced: true,
 		ZendeskMayHaveLanded: !isRefusal(err)}
 	if _, serr := w.settleLegs(ctx, settle, 0, true, onTicket("settle "+what, ticketID)); serr != nil {
-		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error_type", telemetry.ErrorClass(serr))
+		workflow.GetLogger(ctx).Error("settling the note failed", "action_key", key, "error_type", policy.ErrorClass(serr))
 	}
 	return err
 }
@@ -207,9 +205,9 @@ func (w *Workflows) postNote(ctx workflow.Context, key string, ticketID int64, b
 func (w *Workflows) markProposal(ctx workflow.Context, proposalID, state, reason string) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	mctx := w.activityOptions(dctx, policy.KindLedger, w.durations().Lease, false, "mark proposal "+stateWords(draftStateWords, state))
-	in := activities.ProposalStateInput{ProposalID: proposalID, State: state, Error: reason}
-	if err := workflow.ExecuteActivity(mctx, a.SetProposalState, in).Get(dctx, nil); err != nil {
-		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", telemetry.ErrorClass(err))
+	in := supportflow.ProposalStateInput{ProposalID: proposalID, State: state, Error: reason}
+	if err := call(mctx, supportflow.SetProposalState, in).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("recording the proposal's state failed", "proposal_id", proposalID, "state", state, "error_type", policy.ErrorClass(err))
 	}
 }
 

@@ -153,7 +153,7 @@ func (h *Harness) Own(t testing.TB, ticketID, requesterID int64, customerID stri
 		RequesterID: requesterID, UpdatedAt: time.Now()})
 	require.NoError(t, err)
 	require.NoError(t, h.Ledger.PutEnrichment(ctx, ticketID, requesterID,
-		ledger.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
+		supportflow.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
 	for _, sub := range subs {
 		h.Subscriptions.AddSubscription(sub, customerID)
 	}

@@ -42,7 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
@@ -66,7 +66,7 @@ type Config struct {
 	// 250 ms.
 	PollInterval time.Duration
 	// KeepAlive is how often an idle SSE stream sends a comment; 0 means
-	// 15 s.
+	// DefaultKeepAlive.
 	KeepAlive time.Duration
 	// MaxStream bounds one SSE stream; the browser's EventSource then
 	// reconnects. 0 means 10 minutes.
@@ -80,7 +80,7 @@ type Config struct {
 	// ticket's description and a comment's text and HTML); 0 means 1 MiB.
 	MaxWebhookBody int64
 	// WebhookRetryAfter is the Retry-After of a webhook answered 503;
-	// Zendesk retries only under 60 s. 0 means 10 s.
+	// Zendesk retries only under 60 s. 0 means DefaultWebhookRetryAfter.
 	WebhookRetryAfter time.Duration
 	// RelayInterval is how often the relay looks for undispatched ticket
 	// events when nothing wakes it; 0 means 2 s.
@@ -185,7 +185,7 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 		cfg.PollInterval = 250 * time.Millisecond
 	}
 	if cfg.KeepAlive == 0 {
-		cfg.KeepAlive = 15 * time.Second
+		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if cfg.MaxStream == 0 {
 		cfg.MaxStream = 10 * time.Minute
@@ -209,7 +209,7 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 		cfg.MaxWebhookBody = 1 << 20
 	}
 	if cfg.WebhookRetryAfter == 0 {
-		cfg.WebhookRetryAfter = 10 * time.Second
+		cfg.WebhookRetryAfter = DefaultWebhookRetryAfter
 	}
 	if cfg.WebhookRetryAfter < time.Second || cfg.WebhookRetryAfter >= time.Minute {
 		return nil, fmt.Errorf("%w: the webhook Retry-After must be 1-59 s (Zendesk retries only under 60 s)", ErrConfig)
@@ -386,6 +386,14 @@ const bodyReadTimeout = 10 * time.Second
 // for one helpdesk app's token shared by every agent's browser, a bound on
 // what one leaked or looping token can hold open.
 const DefaultMaxStreamsPerToken = 64
+
+// DefaultKeepAlive is Config.KeepAlive's default
+// (SUPPORTFLOW_API_SSE_KEEPALIVE's).
+const DefaultKeepAlive = 15 * time.Second
+
+// DefaultWebhookRetryAfter is Config.WebhookRetryAfter's default
+// (SUPPORTFLOW_WEBHOOK_RETRY_AFTER's).
+const DefaultWebhookRetryAfter = 10 * time.Second
 
 // readBody reads a body capped at MaxBody within ReadTimeout.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/api"
-	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/ledger"
 )
 

@@ -48,7 +48,7 @@ func (s *Server) startDraft(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := s.ledger.GetTicketMirror(r.Context(), id); err != nil {
-		if errors.Is(err, ledger.ErrNotFound) {
+		if errors.Is(err, supportflow.ErrNotFound) {
 			problem(w, http.StatusNotFound, "unknown-ticket", "Unknown ticket", fmt.Sprintf("ticket %d is not known to supportflow (Zendesk's webhook has not reported it)", id))
 			return
 		}
@@ -277,14 +277,14 @@ func proposalActions(proposalID string) []ActionLink {
 
 // proposal reads the {id} proposal, answering 400 for a malformed ID and
 // 404 for an unknown one.
-func (s *Server) proposal(w http.ResponseWriter, r *http.Request) (ledger.Proposal, bool) {
+func (s *Server) proposal(w http.ResponseWriter, r *http.Request) (supportflow.ProposalRecord, bool) {
 	id := r.PathValue("id")
 	if err := supportflow.ValidateProposalID(id); err != nil {
 		problem(w, http.StatusBadRequest, "invalid-proposal-id", "Invalid proposal id", err.Error())
-		return ledger.Proposal{}, false
+		return supportflow.ProposalRecord{}, false
 	}
 	p, err := s.ledger.GetProposal(r.Context(), id)
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, supportflow.ErrNotFound) {
 		problem(w, http.StatusNotFound, "unknown-proposal", "Unknown proposal", fmt.Sprintf("proposal %s does not exist", id))
 		return p, false
 	}
@@ -302,7 +302,7 @@ func (s *Server) decisionError(w http.ResponseWriter, r *http.Request, err error
 	switch {
 	case errors.Is(err, starter.ErrStaleProposal) || errors.Is(err, starter.ErrNoDraft):
 		problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval", err.Error())
-	case errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, supportflow.ErrConflict):
 		problem(w, http.StatusConflict, "proposal-conflict", "Proposal approved with other content", err.Error())
 	case errors.Is(err, starter.ErrAnswerConflict):
 		// Another proposal answers the ticket: a retry of an older one is
@@ -426,7 +426,7 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, supportflow.ErrInvalidInput):
 		problem(w, http.StatusBadRequest, "invalid-action-key", "Invalid action key", err.Error())
 		return
-	case errors.Is(err, ledger.ErrNotFound):
+	case errors.Is(err, supportflow.ErrNotFound):
 		problem(w, http.StatusNotFound, "unknown-action", "Unknown action", fmt.Sprintf("action %s does not exist", key))
 		return
 	case err != nil:

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/httpretry"
 )
 
@@ -196,24 +197,12 @@ WHERE c.zendesk_user_id = @requester_id
 ORDER BY c.customer_id`
 }
 
-// Customer is a requester's commerce data.
-type Customer struct {
-	CustomerID string
-	// Email is "" when the customer has none on record.
-	Email string
-	// LifetimeOrders is how many orders the customer ever placed.
-	LifetimeOrders int64
-	// ActiveSubscriptions are the IDs of the customer's active
-	// subscriptions, sorted; empty but not nil when there are none.
-	ActiveSubscriptions []string
-}
-
 // Result is the outcome of one lookup.
 type Result struct {
 	// Found is false when no customer is linked to the requester.
 	Found bool
 	// Customer is the customer when Found.
-	Customer Customer
+	Customer supportflow.Customer
 	// JobID is the job's full reference as BigQuery prints it,
 	// "{project}:{location}.{jobId}", for finding the job in the console
 	// or the audit logs.
@@ -319,7 +308,7 @@ func (c *Client) LookupCustomer(ctx context.Context, requesterID int64) (Result,
 // customerRow loads one result row by column name, so the column order of
 // the SQL is not relied on and NULLs become zero values.
 type customerRow struct {
-	Customer
+	supportflow.Customer
 }
 
 // Load implements bigquery.ValueLoader.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/standin"
 )
@@ -62,7 +63,7 @@ func TestLookupFindsCustomer(t *testing.T) {
 	res, err := c.LookupCustomer(deadlineCtx(t, 2*time.Second), testRequester)
 	require.NoError(t, err)
 	assert.True(t, res.Found)
-	assert.Equal(t, bqlookup.Customer{
+	assert.Equal(t, supportflow.Customer{
 		CustomerID:          "cus_42",
 		Email:               "ada@example.com",
 		LifetimeOrders:      7,
@@ -88,7 +89,7 @@ func TestLookupUnknownRequesterNotFound(t *testing.T) {
 	res, err := c.LookupCustomer(deadlineCtx(t, 2*time.Second), 12345678901)
 	require.NoError(t, err)
 	assert.False(t, res.Found)
-	assert.Equal(t, bqlookup.Customer{}, res.Customer)
+	assert.Equal(t, supportflow.Customer{}, res.Customer)
 	assert.NotEmpty(t, res.JobID)
 	assert.Equal(t, standin.DefaultBigQueryBytesBilled, res.BytesBilled)
 	assert.Equal(t, 1, bq.Queries())

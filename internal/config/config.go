@@ -10,87 +10,61 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"slices"
+	"reflect"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/api"
-	"github.com/supportflow/supportflow/internal/codec"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/temporalconn"
 )
 
-// temporalVars are the Temporal connection's variables (temporalconn).
-func temporalVars() []Var {
-	vs := make([]Var, len(temporalconn.Vars))
-	for i, v := range temporalconn.Vars {
-		vs[i] = Var(v)
+// Env reads one environment variable and whether it is set, as
+// os.LookupEnv does (OSEnv); the loaders read nothing else, so a test
+// passes a map (MapEnv). A variable set to an empty or blank value counts
+// as unset, except SUPPORTFLOW_METRICS_ADDR, where empty turns the
+// endpoint off: that is why an Env reports whether a variable is set.
+type Env func(name string) (value string, set bool)
+
+// MapEnv is an Env over vars.
+func MapEnv(vars map[string]string) Env {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
 	}
-	return vs
+}
+
+// Getenv is env as a getenv (unset reads as "").
+func (env Env) Getenv(name string) string {
+	v, _ := env(name)
+	return v
+}
+
+// get is the variable's value, trimmed, or the spec's default when it is
+// unset or blank.
+func (env Env) get(name string) string {
+	if v := strings.TrimSpace(env.Getenv(name)); v != "" {
+		return v
+	}
+	return defaultOf(name)
 }
 
 // TemporalSettings reads the Temporal connection from the environment
 // (temporalconn.FromEnv), its errors wrapping ErrConfig.
-func TemporalSettings() (temporalconn.Settings, error) {
-	s, err := temporalconn.FromEnv(os.Getenv)
+func TemporalSettings() (temporalconn.Settings, error) { return TemporalSettingsFrom(OSEnv) }
+
+// TemporalSettingsFrom is TemporalSettings reading env.
+func TemporalSettingsFrom(env Env) (temporalconn.Settings, error) {
+	s, err := temporalconn.FromEnv(env.Getenv)
 	if err != nil {
 		return s, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return s, nil
 }
-
-// Var documents one environment variable.
-type Var struct {
-	Name, Default, Help string
-	Secret              bool
-}
-
-// Vars lists every variable the worker reads, for --help and the README.
-var Vars = slices.Concat([]Var{
-	{Name: "DATABASE_URL", Help: "PostgreSQL connection URL (required)", Secret: true},
-}, temporalVars(), []Var{
-	{Name: "SUPPORTFLOW_TASK_QUEUE", Default: "supportflow", Help: "task queue the worker polls and the starter starts on"},
-	{Name: "SUPPORTFLOW_PAYLOAD_KEYS", Help: "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, worker api and starter", Secret: true},
-	{Name: "SUPPORTFLOW_PAYLOAD_KEYS_FILE", Help: "file with the payload keys instead, one ID:BASE64KEY a line (a mounted secret)"},
-	{Name: codec.EnvAdmitUnsealed, Default: "false", Help: "true admits Temporal payloads that are not sealed (plain JSON) into the worker, worker api and starter, for histories written before payload encryption while they drain; false refuses them, so a workflow started or signalled around supportflow's starter and API (which seal) does not run"},
-	{Name: "ZENDESK_URL", Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
-	{Name: "ZENDESK_SUBDOMAIN", Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
-	{Name: "ZENDESK_EMAIL", Help: "Zendesk agent email for API-token auth (required)"},
-	{Name: "ZENDESK_API_TOKEN", Help: "Zendesk API token (required)", Secret: true},
-	{Name: "ZENDESK_API_TOKEN_FILE", Help: "file holding ZENDESK_API_TOKEN instead (a mounted secret)"},
-	{Name: "SUBSCRIPTIONS_URL", Help: "subscription service base URL (required)"},
-	{Name: "SUBSCRIPTIONS_TOKEN", Help: "subscription service bearer token (required)", Secret: true},
-	{Name: "SUBSCRIPTIONS_TOKEN_FILE", Help: "file holding SUBSCRIPTIONS_TOKEN instead (a mounted secret)"},
-	{Name: "MODEL_BASE_URL", Default: "https://api.openai.com/v1", Help: "OpenAI-compatible chat-completions base URL (OpenAI, vLLM, Ollama, llama.cpp)"},
-	{Name: "MODEL_API_KEY", Help: "model API key (optional for local servers)", Secret: true},
-	{Name: "MODEL_API_KEY_FILE", Help: "file holding MODEL_API_KEY instead (a mounted secret)"},
-	{Name: "MODEL_NAME", Default: "gpt-4o-mini", Help: "model that drafts replies"},
-	{Name: "BIGQUERY_PROJECT", Help: "Google Cloud project that runs (and is billed for) the customer lookups (required)"},
-	{Name: "BIGQUERY_DATASET", Help: "BigQuery dataset with the customers, orders and subscriptions tables (required)"},
-	{Name: "BIGQUERY_LOCATION", Default: "US", Help: "BigQuery location of the dataset"},
-	{Name: "BIGQUERY_ENDPOINT", Help: "BigQuery REST endpoint (e.g. a stand-in); empty means Google's, with Application Default Credentials"},
-	{Name: "GOOGLE_APPLICATION_CREDENTIALS", Help: "path of the Google service account key file BigQuery authenticates with (Application Default Credentials, read by Google's client library: https://cloud.google.com/docs/authentication/application-default-credentials); unset: the attached service account, from the metadata server on Google Cloud"},
-}, limitVars(), []Var{
-	{Name: "SUPPORTFLOW_MODEL_PROMPT_TOKENS", Default: "100000", Help: "estimated prompt tokens a draft may send; a longer conversation keeps its first comment and the newest that fit (keep it under the model's context window less SUPPORTFLOW_MODEL_MAX_TOKENS)"},
-	{Name: "SUPPORTFLOW_MODEL_MAX_TOKENS", Default: "4096", Help: "max_completion_tokens of a draft; an answer cut off there fails as ModelTruncated"},
-	{Name: "SUPPORTFLOW_REPLY_STATUS", Default: "", Help: "status a drafted reply sets on the ticket with the reply (open, pending, hold or solved; pending is the usual choice); empty leaves the status"},
-	{Name: "SUPPORTFLOW_REPLY_TAGS", Default: "", Help: "comma-separated tags a drafted reply adds to the ticket with the reply (lower case, no spaces)"},
-	{Name: "SUPPORTFLOW_ENRICHMENT_MODE", Default: "shadow", Help: "shadow (write only supportflow's enrichment tables) or live (also a private note on the ticket)"},
-	{Name: "SUPPORTFLOW_RECONCILE_START", Default: "24h", Help: "where a cold reconciler starts reading Zendesk's exports: an RFC 3339 time, or a duration before the first run"},
-	{Name: "SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE", Default: "10", Help: "pace of the reconciler's incremental export requests (Zendesk allows 10 a minute per account)"},
-	{Name: "SUPPORTFLOW_ACCOUNT", Default: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host", Help: "account the ledger keys actions under"},
-	{Name: "SUPPORTFLOW_METRICS_ADDR", Default: ":9090", Help: "address of the Prometheus /metrics endpoint (empty: off)"},
-	{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Help: "OTLP/gRPC collector for traces (host:port or URL); tracing is off when empty"},
-	{Name: "SUPPORTFLOW_DRAIN_TIMEOUT", Default: "30s", Help: "how long a stopping worker lets running activities finish"},
-	{Name: EnvDeploymentName, Help: "Worker Deployment Versioning: the deployment this worker belongs to (with TEMPORAL_WORKER_BUILD_ID; both or neither); empty runs unversioned (docs/versioning.md)"},
-	{Name: EnvWorkerBuildID, Help: "Worker Deployment Versioning: this build's ID (e.g. the image tag or git commit); pinned workflows finish on the build that started them"},
-	{Name: EnvDeploymentSetCurrent, Default: DeploymentSetCurrentIfNone, Help: "whether a versioned worker makes its build the deployment's current version once it polls: if-none (only when the deployment has none: the first deploy), always (each deploy takes new work at once), never (an operator ramps and promotes with `temporal worker deployment`)"},
-	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
-}, httpVars())
 
 // Worker is the worker's configuration.
 type Worker struct {
@@ -199,64 +173,53 @@ func limitVar(resource, what string) string {
 	return "SUPPORTFLOW_" + strings.ToUpper(resource) + "_" + what
 }
 
-// limitVars are the resource limits' variables, for Vars.
-func limitVars() []Var {
-	var vars []Var
-	for _, r := range resourceLimits {
-		vars = append(vars,
-			Var{Name: limitVar(r.resource, "REQUESTS_PER_MINUTE"), Default: strconv.Itoa(r.perMinute), Help: r.rateHelp},
-			Var{Name: limitVar(r.resource, "CONCURRENCY"), Default: strconv.Itoa(r.concurrency), Help: r.concurrencyHelp})
-	}
-	return vars
-}
-
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("configuration")
 
-// LoadWorker reads the worker's configuration. It reports every missing or
-// malformed variable at once, by name; the value of a secret or URL is never
-// put in an error.
-func LoadWorker() (Worker, error) {
-	get := func(name, def string) string {
-		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
+// LoadWorker reads the worker's configuration from the process's
+// environment (LoadWorkerFrom(OSEnv)).
+func LoadWorker() (Worker, error) { return LoadWorkerFrom(OSEnv) }
+
+// LoadWorkerFrom reads the worker's configuration from env, each unset
+// variable taking the spec's default. It reports every missing or
+// malformed variable at once, by name; the value of a secret or URL is
+// never put in an error.
+func LoadWorkerFrom(env Env) (Worker, error) {
+	get := env.get
 	c := Worker{
-		DatabaseURL:      get("DATABASE_URL", ""),
-		TaskQueue:        get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
-		ZendeskURL:       get("ZENDESK_URL", ""),
-		ZendeskSubdomain: get("ZENDESK_SUBDOMAIN", ""),
-		ZendeskEmail:     get("ZENDESK_EMAIL", ""),
-		SubscriptionsURL: get("SUBSCRIPTIONS_URL", ""),
-		ModelBaseURL:     get("MODEL_BASE_URL", "https://api.openai.com/v1"),
-		ModelName:        get("MODEL_NAME", "gpt-4o-mini"),
-		BigQueryProject:  get("BIGQUERY_PROJECT", ""),
-		BigQueryDataset:  get("BIGQUERY_DATASET", ""),
-		BigQueryLocation: get("BIGQUERY_LOCATION", "US"),
-		BigQueryEndpoint: get("BIGQUERY_ENDPOINT", ""),
-		EnrichmentMode:   get("SUPPORTFLOW_ENRICHMENT_MODE", supportflow.EnrichmentShadow),
-		Account:          get("SUPPORTFLOW_ACCOUNT", ""),
-		LogLevel:         get("SUPPORTFLOW_LOG_LEVEL", "info"),
-		MetricsAddr:      os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
-		OTLPEndpoint:     get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-	}
-	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
-		c.MetricsAddr = ":9090"
+		DatabaseURL:      get("DATABASE_URL"),
+		TaskQueue:        get("SUPPORTFLOW_TASK_QUEUE"),
+		ZendeskURL:       get("ZENDESK_URL"),
+		ZendeskSubdomain: get("ZENDESK_SUBDOMAIN"),
+		ZendeskEmail:     get("ZENDESK_EMAIL"),
+		SubscriptionsURL: get("SUBSCRIPTIONS_URL"),
+		ModelBaseURL:     get("MODEL_BASE_URL"),
+		ModelName:        get("MODEL_NAME"),
+		BigQueryProject:  get("BIGQUERY_PROJECT"),
+		BigQueryDataset:  get("BIGQUERY_DATASET"),
+		BigQueryLocation: get("BIGQUERY_LOCATION"),
+		BigQueryEndpoint: get("BIGQUERY_ENDPOINT"),
+		EnrichmentMode:   get("SUPPORTFLOW_ENRICHMENT_MODE"),
+		Account:          get("SUPPORTFLOW_ACCOUNT"),
+		LogLevel:         get("SUPPORTFLOW_LOG_LEVEL"),
+		MetricsAddr:      metricsAddr(env),
+		OTLPEndpoint:     get("OTEL_EXPORTER_OTLP_ENDPOINT"),
 	}
 	var errs []error
-	if t, err := TemporalSettings(); err != nil {
+	if t, err := TemporalSettingsFrom(env); err != nil {
 		errs = append(errs, err)
 	} else {
 		c.Temporal = t
 	}
-	for name, dst := range map[string]*string{"ZENDESK_API_TOKEN": &c.ZendeskAPIToken, "SUBSCRIPTIONS_TOKEN": &c.SubscriptionsToken, "MODEL_API_KEY": &c.ModelAPIKey} {
-		v, err := SecretEnv(name)
+	for _, s := range []struct {
+		name string
+		dst  *string
+	}{{"ZENDESK_API_TOKEN", &c.ZendeskAPIToken}, {"SUBSCRIPTIONS_TOKEN", &c.SubscriptionsToken}, {"MODEL_API_KEY", &c.ModelAPIKey}} {
+		v, err := secretFrom(env, s.name)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		*dst = v
+		*s.dst = v
 	}
 	missing := func(name, v string) {
 		if v == "" {
@@ -287,13 +250,12 @@ func LoadWorker() (Worker, error) {
 			}
 		}
 	}
-	drain, err := time.ParseDuration(get("SUPPORTFLOW_DRAIN_TIMEOUT", "30s"))
+	drain, err := time.ParseDuration(get("SUPPORTFLOW_DRAIN_TIMEOUT"))
 	if err != nil || drain < 0 {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_DRAIN_TIMEOUT must be a non-negative duration", ErrConfig))
 	}
 	c.DrainTimeout = drain
-	c.Deployment = Deployment{Name: get(EnvDeploymentName, ""), BuildID: get(EnvWorkerBuildID, ""),
-		SetCurrent: get(EnvDeploymentSetCurrent, DeploymentSetCurrentIfNone)}
+	c.Deployment = Deployment{Name: get(EnvDeploymentName), BuildID: get(EnvWorkerBuildID), SetCurrent: get(EnvDeploymentSetCurrent)}
 	if (c.Deployment.Name == "") != (c.Deployment.BuildID == "") {
 		errs = append(errs, fmt.Errorf("%w: set both %s and %s for a versioned worker, or neither", ErrConfig, EnvDeploymentName, EnvWorkerBuildID))
 	}
@@ -302,7 +264,7 @@ func LoadWorker() (Worker, error) {
 	default:
 		errs = append(errs, fmt.Errorf("%w: %s must be if-none, always or never", ErrConfig, EnvDeploymentSetCurrent))
 	}
-	start := get("SUPPORTFLOW_RECONCILE_START", "24h")
+	start := get("SUPPORTFLOW_RECONCILE_START")
 	if t, err := time.Parse(time.RFC3339, start); err == nil {
 		c.ReconcileFrom = t
 	} else if d, err := time.ParseDuration(start); err == nil && d > 0 {
@@ -310,30 +272,30 @@ func LoadWorker() (Worker, error) {
 	} else {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RECONCILE_START must be an RFC 3339 time or a positive duration", ErrConfig))
 	}
-	if n, err := strconv.Atoi(get("SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE", "10")); err != nil || n <= 0 || n > 600 {
+	if n, err := strconv.Atoi(get("SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE")); err != nil || n <= 0 || n > 600 {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_EXPORT_REQUESTS_PER_MINUTE must be 1-600", ErrConfig))
 	} else {
 		c.ExportRequestsPerM = n
 	}
 	type intVar struct {
-		name, def string
-		min, max  int
-		into      *int
+		name     string
+		min, max int
+		into     *int
 	}
 	ints := []intVar{
-		{"SUPPORTFLOW_MODEL_PROMPT_TOKENS", "100000", 1000, 10_000_000, &c.PromptTokens},
-		{"SUPPORTFLOW_MODEL_MAX_TOKENS", "4096", 256, 1_000_000, &c.MaxCompletionTokens},
+		{"SUPPORTFLOW_MODEL_PROMPT_TOKENS", 1000, 10_000_000, &c.PromptTokens},
+		{"SUPPORTFLOW_MODEL_MAX_TOKENS", 256, 1_000_000, &c.MaxCompletionTokens},
 	}
 	limits := map[string]*ResourceLimit{}
 	for _, r := range resourceLimits {
 		l := &ResourceLimit{CallsPerActivity: r.calls}
 		limits[r.resource] = l
 		ints = append(ints,
-			intVar{limitVar(r.resource, "REQUESTS_PER_MINUTE"), strconv.Itoa(r.perMinute), 1, 1_000_000, &l.PerMinute},
-			intVar{limitVar(r.resource, "CONCURRENCY"), strconv.Itoa(r.concurrency), 1, 10_000, &l.Concurrency})
+			intVar{limitVar(r.resource, "REQUESTS_PER_MINUTE"), 1, 1_000_000, &l.PerMinute},
+			intVar{limitVar(r.resource, "CONCURRENCY"), 1, 10_000, &l.Concurrency})
 	}
 	for _, v := range ints {
-		n, err := strconv.Atoi(get(v.name, v.def))
+		n, err := strconv.Atoi(get(v.name))
 		if err != nil || n < v.min || n > v.max {
 			errs = append(errs, fmt.Errorf("%w: %s must be a whole number from %d to %d", ErrConfig, v.name, v.min, v.max))
 			continue
@@ -344,39 +306,73 @@ func LoadWorker() (Worker, error) {
 	for r, l := range limits {
 		c.Limits[r] = *l
 	}
-	c.ReplyUpdate, err = ReplyUpdate(get("SUPPORTFLOW_REPLY_STATUS", ""), get("SUPPORTFLOW_REPLY_TAGS", ""))
+	c.ReplyUpdate, err = ReplyUpdate(get("SUPPORTFLOW_REPLY_STATUS"), get("SUPPORTFLOW_REPLY_TAGS"))
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c.Durations, err = policy.FromEnv()
+	c.Durations, err = durationsFrom(env)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if c.HTTP, err = HTTPTimeouts(); err != nil {
+	if c.HTTP, err = HTTPTimeoutsFrom(env); err != nil {
 		errs = append(errs, err)
 	}
-	if c.PayloadKeys, err = PayloadKeys(); err != nil {
+	if c.PayloadKeys, err = PayloadKeysFrom(env); err != nil {
 		errs = append(errs, err)
 	}
-	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloads(); err != nil {
+	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloadsFrom(env); err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)
+}
+
+// metricsAddr is SUPPORTFLOW_METRICS_ADDR, as given (empty: no metrics
+// endpoint), or the spec's default when unset.
+func metricsAddr(env Env) string {
+	if v, set := env(EnvMetricsAddr); set {
+		return v
+	}
+	return defaultOf(EnvMetricsAddr)
+}
+
+// durationsFrom reads policy's durations (policy.Env) from env as
+// policy.FromEnv reads them from the process's environment: unset or
+// empty means policy's default; a value that does not parse is an error
+// naming the variable; the result is validated.
+func durationsFrom(env Env) (policy.Durations, error) {
+	var d policy.Durations
+	fields := reflect.ValueOf(&d).Elem()
+	for _, e := range policy.Env {
+		v := env.Getenv(e.Name)
+		if v == "" {
+			continue
+		}
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			return policy.Durations{}, fmt.Errorf("%w: %s=%q: %v", policy.ErrInvalidDurations, e.Name, v, err)
+		}
+		fields.Field(durationFields[e.Name]).SetInt(int64(parsed))
+	}
+	d = d.Fill()
+	return d, d.Validate()
 }
 
 // AdmitUnsealedPayloads reads SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (false
 // when unset): whether a process's data converter admits payloads that
 // are not sealed (codec.WithAdmitUnsealed). The worker, worker api and
 // starter read it.
-func AdmitUnsealedPayloads() (bool, error) {
-	return boolVar(codec.EnvAdmitUnsealed, false)
-}
+func AdmitUnsealedPayloads() (bool, error) { return AdmitUnsealedPayloadsFrom(OSEnv) }
 
-// boolVar reads a boolean variable: def when unset or empty, else true or
-// false (also 1/0, t/f, TRUE/FALSE, as strconv.ParseBool spells them).
-// Anything else is an error naming the variable.
-func boolVar(name string, def bool) (bool, error) {
-	v := strings.TrimSpace(os.Getenv(name))
+// AdmitUnsealedPayloadsFrom is AdmitUnsealedPayloads reading env.
+func AdmitUnsealedPayloadsFrom(env Env) (bool, error) { return boolVar(env, codec.EnvAdmitUnsealed) }
+
+// boolVar reads a boolean variable: the spec's default when unset or
+// empty, else true or false (also 1/0, t/f, TRUE/FALSE, as
+// strconv.ParseBool spells them). Anything else is an error naming the
+// variable.
+func boolVar(env Env, name string) (bool, error) {
+	def, _ := strconv.ParseBool(defaultOf(name))
+	v := strings.TrimSpace(env.Getenv(name))
 	if v == "" {
 		return def, nil
 	}
@@ -390,8 +386,11 @@ func boolVar(name string, def bool) (bool, error) {
 // PayloadKeys reads the payload keyring (SUPPORTFLOW_PAYLOAD_KEYS or
 // SUPPORTFLOW_PAYLOAD_KEYS_FILE); every process that talks to Temporal
 // needs it. The error names the variable, never a key.
-func PayloadKeys() (*codec.Keyring, error) {
-	k, err := codec.FromEnv(os.Getenv)
+func PayloadKeys() (*codec.Keyring, error) { return PayloadKeysFrom(OSEnv) }
+
+// PayloadKeysFrom is PayloadKeys reading env.
+func PayloadKeysFrom(env Env) (*codec.Keyring, error) {
+	k, err := codec.FromEnv(env.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -414,19 +413,6 @@ func ReplyUpdate(status, tags string) (*supportflow.TicketUpdate, error) {
 	return &u, nil
 }
 
-// PrintHelp writes every variable with its default and meaning.
-func PrintHelp(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
-	for _, v := range Vars {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, or(v.Default, "-"), v.Help)
-	}
-	for _, e := range policy.Env {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, e.Default, e.Help)
-	}
-	tw.Flush()
-}
-
 func or(s, def string) string {
 	if s == "" {
 		return def
@@ -441,27 +427,6 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
-}
-
-// APIVars lists the variables `worker api` reads besides the connection
-// settings it shares with the worker (DATABASE_URL, TEMPORAL_*,
-// SUPPORTFLOW_TASK_QUEUE, SUPPORTFLOW_ACCOUNT or ZENDESK_URL/SUBDOMAIN,
-// SUPPORTFLOW_LOG_LEVEL).
-var APIVars = []Var{
-	{Name: "SUPPORTFLOW_API_ADDR", Default: ":8080", Help: "address the HTTP API listens on"},
-	{Name: EnvAPITokens, Help: "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by worker api", Secret: true},
-	{Name: EnvAPITokensFile, Help: "file with the API tokens instead, one NAME:ROLE[+ROLE...]:TOKEN a line, # comments (a mounted secret)"},
-	{Name: "ZENDESK_WEBHOOK_SECRET", Help: "Zendesk webhook signing secret (needed by worker api)", Secret: true},
-	{Name: "ZENDESK_WEBHOOK_SECRET_FILE", Help: "file holding ZENDESK_WEBHOOK_SECRET instead (a mounted secret)"},
-	{Name: "ZENDESK_API_USER_ID", Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
-	{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Default: "10s", Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
-	{Name: "SUPPORTFLOW_RELAY_INTERVAL", Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
-	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server", Secret: true},
-	{Name: "SUPPORTFLOW_CODEC_TOKENS_FILE", Help: "file holding SUPPORTFLOW_CODEC_TOKENS instead (a mounted secret)"},
-	{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
-	{Name: EnvMaxStreamsPerToken, Default: strconv.Itoa(api.DefaultMaxStreamsPerToken), Help: "event streams (GET /tickets/{id}/draft/events) one API token may hold open at once; the next is answered 429 with a Retry-After"},
-	{Name: EnvSSEKeepAlive, Default: "15s", Help: "how often an event stream with nothing new sends a keep-alive comment (keep it under the idle timeout of every proxy in front of the API)"},
-	{Name: codec.EnvAllowEncode, Default: "false", Help: "true also serves POST /codec/encode, which seals whatever payloads a codec token holder sends (the temporal CLI's start and signal with --codec-endpoint, the Web UI's start and signal forms); false answers it 403, so the codec server only decodes, which is all displaying histories needs"},
 }
 
 // API is the HTTP API's configuration.
@@ -507,38 +472,35 @@ type API struct {
 	SSEKeepAlive time.Duration
 }
 
-// LoadAPI reads the API's configuration, reporting every problem by name
-// and never a secret's value.
-func LoadAPI() (API, error) {
-	get := func(name, def string) string {
-		if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
+// LoadAPI reads the API's configuration from the process's environment
+// (LoadAPIFrom(OSEnv)).
+func LoadAPI() (API, error) { return LoadAPIFrom(OSEnv) }
+
+// LoadAPIFrom reads the API's configuration from env, each unset variable
+// taking the spec's default, reporting every problem by name and never a
+// secret's value.
+func LoadAPIFrom(env Env) (API, error) {
+	get := env.get
 	c := API{
-		DatabaseURL:  get("DATABASE_URL", ""),
-		TaskQueue:    get("SUPPORTFLOW_TASK_QUEUE", supportflow.TaskQueue),
-		Account:      accountFrom(get("SUPPORTFLOW_ACCOUNT", ""), get("ZENDESK_SUBDOMAIN", ""), get("ZENDESK_URL", "")),
-		Addr:         get("SUPPORTFLOW_API_ADDR", ":8080"),
-		LogLevel:     get("SUPPORTFLOW_LOG_LEVEL", "info"),
-		MetricsAddr:  os.Getenv("SUPPORTFLOW_METRICS_ADDR"),
-		OTLPEndpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-	}
-	if _, set := os.LookupEnv("SUPPORTFLOW_METRICS_ADDR"); !set {
-		c.MetricsAddr = ":9090"
+		DatabaseURL:  get("DATABASE_URL"),
+		TaskQueue:    get("SUPPORTFLOW_TASK_QUEUE"),
+		Account:      accountFrom(get("SUPPORTFLOW_ACCOUNT"), get("ZENDESK_SUBDOMAIN"), get("ZENDESK_URL")),
+		Addr:         get("SUPPORTFLOW_API_ADDR"),
+		LogLevel:     get("SUPPORTFLOW_LOG_LEVEL"),
+		MetricsAddr:  metricsAddr(env),
+		OTLPEndpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
 	}
 	var errs []error
-	if t, err := TemporalSettings(); err != nil {
+	if t, err := TemporalSettingsFrom(env); err != nil {
 		errs = append(errs, err)
 	} else {
 		c.Temporal = t
 	}
 	var err error
-	if c.WebhookSecret, err = SecretEnv("ZENDESK_WEBHOOK_SECRET"); err != nil {
+	if c.WebhookSecret, err = secretFrom(env, "ZENDESK_WEBHOOK_SECRET"); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Tokens, err = APITokens(os.Getenv); err != nil {
+	if c.Tokens, err = APITokens(env.Getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if c.DatabaseURL == "" {
@@ -550,30 +512,30 @@ func LoadAPI() (API, error) {
 	if c.WebhookSecret == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_WEBHOOK_SECRET is required", ErrConfig))
 	}
-	if v := get("ZENDESK_API_USER_ID", ""); v == "" {
+	if v := get("ZENDESK_API_USER_ID"); v == "" {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_API_USER_ID is required (the id GET /api/v2/users/me.json answers for supportflow's API token)", ErrConfig))
 	} else if id, err := strconv.ParseInt(v, 10, 64); err != nil || id <= 0 {
 		errs = append(errs, fmt.Errorf("%w: ZENDESK_API_USER_ID must be a positive integer", ErrConfig))
 	} else {
 		c.ZendeskUserID = id
 	}
-	if c.WebhookRetryAfter, err = time.ParseDuration(get("SUPPORTFLOW_WEBHOOK_RETRY_AFTER", "10s")); err != nil ||
+	if c.WebhookRetryAfter, err = time.ParseDuration(get("SUPPORTFLOW_WEBHOOK_RETRY_AFTER")); err != nil ||
 		c.WebhookRetryAfter < time.Second || c.WebhookRetryAfter >= time.Minute {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_WEBHOOK_RETRY_AFTER must be a duration of 1-59 s", ErrConfig))
 	}
-	if c.RelayInterval, err = time.ParseDuration(get("SUPPORTFLOW_RELAY_INTERVAL", "2s")); err != nil || c.RelayInterval <= 0 {
+	if c.RelayInterval, err = time.ParseDuration(get("SUPPORTFLOW_RELAY_INTERVAL")); err != nil || c.RelayInterval <= 0 {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_RELAY_INTERVAL must be a positive duration", ErrConfig))
 	}
-	if c.PayloadKeys, err = PayloadKeys(); err != nil {
+	if c.PayloadKeys, err = PayloadKeysFrom(env); err != nil {
 		errs = append(errs, err)
 	}
-	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloads(); err != nil {
+	if c.AdmitUnsealedPayloads, err = AdmitUnsealedPayloadsFrom(env); err != nil {
 		errs = append(errs, err)
 	}
-	if c.CodecAllowEncode, err = boolVar(codec.EnvAllowEncode, false); err != nil {
+	if c.CodecAllowEncode, err = boolVar(env, codec.EnvAllowEncode); err != nil {
 		errs = append(errs, err)
 	}
-	codecTokens, err := SecretEnv("SUPPORTFLOW_CODEC_TOKENS")
+	codecTokens, err := secretFrom(env, "SUPPORTFLOW_CODEC_TOKENS")
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -581,18 +543,18 @@ func LoadAPI() (API, error) {
 	if err := shortToken("SUPPORTFLOW_CODEC_TOKENS", c.CodecTokens); err != nil {
 		errs = append(errs, err)
 	}
-	if c.HTTP, err = HTTPTimeouts(); err != nil {
+	if c.HTTP, err = HTTPTimeoutsFrom(env); err != nil {
 		errs = append(errs, err)
 	}
-	if n, err := strconv.Atoi(get(EnvMaxStreamsPerToken, strconv.Itoa(api.DefaultMaxStreamsPerToken))); err != nil || n < 1 || n > 10_000 {
+	if n, err := strconv.Atoi(get(EnvMaxStreamsPerToken)); err != nil || n < 1 || n > 10_000 {
 		errs = append(errs, fmt.Errorf("%w: %s must be a whole number from 1 to 10000", ErrConfig, EnvMaxStreamsPerToken))
 	} else {
 		c.MaxStreamsPerToken = n
 	}
-	if c.SSEKeepAlive, err = time.ParseDuration(get(EnvSSEKeepAlive, "15s")); err != nil || c.SSEKeepAlive <= 0 {
+	if c.SSEKeepAlive, err = time.ParseDuration(get(EnvSSEKeepAlive)); err != nil || c.SSEKeepAlive <= 0 {
 		errs = append(errs, fmt.Errorf("%w: %s must be a positive duration", ErrConfig, EnvSSEKeepAlive))
 	}
-	c.CodecOrigins = splitList(os.Getenv("SUPPORTFLOW_CODEC_CORS_ORIGINS"))
+	c.CodecOrigins = splitList(env.Getenv("SUPPORTFLOW_CODEC_CORS_ORIGINS"))
 	for _, o := range c.CodecOrigins {
 		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_CORS_ORIGINS: %q is not an origin (scheme://host[:port], no path)", ErrConfig, o))
@@ -702,15 +664,6 @@ func accountFrom(account, subdomain, zendeskURL string) string {
 	return ""
 }
 
-// GatewayVars lists what `worker codec-gateway` reads.
-var GatewayVars = slices.Concat([]Var{
-	{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Help: "URL of the worker api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
-	{Name: "SUPPORTFLOW_CODEC_TOKENS", Help: "the codec token the gateway sends (the first of the list; required)", Secret: true},
-	{Name: "SUPPORTFLOW_CODEC_TOKENS_FILE", Help: "file holding SUPPORTFLOW_CODEC_TOKENS instead (a mounted secret)"},
-	{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
-	{Name: "SUPPORTFLOW_LOG_LEVEL", Default: "info", Help: "debug, info, warn or error"},
-}, httpVars())
-
 // Gateway is the codec gateway's configuration: where it listens, the
 // codec server it forwards to, and the token it adds.
 type Gateway struct {
@@ -722,21 +675,22 @@ type Gateway struct {
 	HTTP telemetry.HTTPTimeouts
 }
 
-// LoadGateway reads the codec gateway's configuration, naming every
-// problem and never the token.
-func LoadGateway() (Gateway, error) {
-	g := Gateway{Addr: strings.TrimSpace(os.Getenv("SUPPORTFLOW_CODEC_GATEWAY_ADDR")), LogLevel: strings.TrimSpace(os.Getenv("SUPPORTFLOW_LOG_LEVEL"))}
-	if g.Addr == "" {
-		g.Addr = "127.0.0.1:8090"
-	}
+// LoadGateway reads the codec gateway's configuration from the process's
+// environment (LoadGatewayFrom(OSEnv)).
+func LoadGateway() (Gateway, error) { return LoadGatewayFrom(OSEnv) }
+
+// LoadGatewayFrom reads the codec gateway's configuration from env, naming
+// every problem and never the token.
+func LoadGatewayFrom(env Env) (Gateway, error) {
+	g := Gateway{Addr: env.get("SUPPORTFLOW_CODEC_GATEWAY_ADDR"), LogLevel: env.get("SUPPORTFLOW_LOG_LEVEL")}
 	var errs []error
-	raw := strings.TrimSpace(os.Getenv("SUPPORTFLOW_CODEC_UPSTREAM"))
+	raw := env.get("SUPPORTFLOW_CODEC_UPSTREAM")
 	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
 		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of worker api, without a path (the gateway keeps the /codec of the request)", ErrConfig))
 	} else {
 		g.Upstream = u
 	}
-	raw, err := SecretEnv("SUPPORTFLOW_CODEC_TOKENS")
+	raw, err := secretFrom(env, "SUPPORTFLOW_CODEC_TOKENS")
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -745,23 +699,10 @@ func LoadGateway() (Gateway, error) {
 	} else if len(tokens) > 0 {
 		g.Token = tokens[0]
 	}
-	if g.HTTP, err = HTTPTimeouts(); err != nil {
+	if g.HTTP, err = HTTPTimeoutsFrom(env); err != nil {
 		errs = append(errs, err)
 	}
 	return g, errors.Join(errs...)
-}
-
-// PrintAPIHelp writes the API's own variables.
-func PrintAPIHelp(w io.Writer) { PrintVars(w, APIVars) }
-
-// PrintVars writes vars with their defaults and meanings.
-func PrintVars(w io.Writer, vars []Var) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
-	for _, v := range vars {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Name, or(v.Default, "-"), v.Help)
-	}
-	tw.Flush()
 }
 
 // The API's event stream settings.
@@ -771,46 +712,37 @@ const (
 )
 
 // httpTimeoutVars are the timeouts of every HTTP server supportflow runs
-// (the API, the codec gateway, the metrics endpoint), their defaults
-// telemetry.DefaultHTTPTimeouts'; what each bounds is net/http's
-// (https://pkg.go.dev/net/http#Server).
+// (the API, the codec gateway, the metrics endpoint), each with the field
+// of telemetry.HTTPTimeouts it sets; their defaults are
+// telemetry.DefaultHTTPTimeouts' (httpSettings).
 var httpTimeoutVars = []struct {
-	Var
-	into func(*telemetry.HTTPTimeouts) *time.Duration
+	name, help string
+	into       func(*telemetry.HTTPTimeouts) *time.Duration
 }{
-	{Var{Name: "SUPPORTFLOW_HTTP_READ_HEADER_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.ReadHeader.String(), Help: "how long an HTTP server (API, codec gateway, metrics) waits for a request's headers"},
+	{"SUPPORTFLOW_HTTP_READ_HEADER_TIMEOUT", "how long an HTTP server (API, codec gateway, metrics) waits for a request's headers",
 		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.ReadHeader }},
-	{Var{Name: "SUPPORTFLOW_HTTP_READ_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Read.String(), Help: "how long an HTTP server waits for a whole request, headers and body (the API bounds a body's read by it too)"},
+	{"SUPPORTFLOW_HTTP_READ_TIMEOUT", "how long an HTTP server waits for a whole request, headers and body (the API bounds a body's read by it too)",
 		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Read }},
-	{Var{Name: "SUPPORTFLOW_HTTP_WRITE_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Write.String(), Help: "how long an HTTP server has to answer a request, from its headers; an event stream gets it anew for every event it writes"},
+	{"SUPPORTFLOW_HTTP_WRITE_TIMEOUT", "how long an HTTP server has to answer a request, from its headers; an event stream gets it anew for every event it writes",
 		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Write }},
-	{Var{Name: "SUPPORTFLOW_HTTP_IDLE_TIMEOUT", Default: telemetry.DefaultHTTPTimeouts.Idle.String(), Help: "how long an HTTP server keeps an idle keep-alive connection open"},
+	{"SUPPORTFLOW_HTTP_IDLE_TIMEOUT", "how long an HTTP server keeps an idle keep-alive connection open",
 		func(t *telemetry.HTTPTimeouts) *time.Duration { return &t.Idle }},
 }
 
-// httpVars are httpTimeoutVars' documentation, for Vars and GatewayVars.
-func httpVars() []Var {
-	var vars []Var
-	for _, v := range httpTimeoutVars {
-		vars = append(vars, v.Var)
-	}
-	return vars
-}
+// HTTPTimeouts reads the HTTP servers' timeouts (SUPPORTFLOW_HTTP_*) from
+// the process's environment (HTTPTimeoutsFrom(OSEnv)).
+func HTTPTimeouts() (telemetry.HTTPTimeouts, error) { return HTTPTimeoutsFrom(OSEnv) }
 
-// HTTPTimeouts reads the HTTP servers' timeouts (SUPPORTFLOW_HTTP_*),
-// each a positive duration, defaults where unset; every malformed one is
-// reported by name.
-func HTTPTimeouts() (telemetry.HTTPTimeouts, error) {
+// HTTPTimeoutsFrom reads the HTTP servers' timeouts from env, each a
+// positive duration, the spec's defaults where unset; every malformed one
+// is reported by name.
+func HTTPTimeoutsFrom(env Env) (telemetry.HTTPTimeouts, error) {
 	var t telemetry.HTTPTimeouts
 	var errs []error
 	for _, v := range httpTimeoutVars {
-		raw := strings.TrimSpace(os.Getenv(v.Name))
-		if raw == "" {
-			raw = v.Default
-		}
-		d, err := time.ParseDuration(raw)
+		d, err := time.ParseDuration(env.get(v.name))
 		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("%w: %s must be a positive duration", ErrConfig, v.Name))
+			errs = append(errs, fmt.Errorf("%w: %s must be a positive duration", ErrConfig, v.name))
 			continue
 		}
 		*v.into(&t) = d
@@ -851,13 +783,16 @@ func (d Deployment) Versioned() bool { return d.Name != "" && d.BuildID != "" }
 // Kubernetes secret; surrounding white space, such as the trailing newline
 // an editor leaves, is dropped). Setting both, an unreadable file and an
 // empty file are errors naming the variable, never the value.
-func SecretEnv(name string) (string, error) {
+func SecretEnv(name string) (string, error) { return secretFrom(OSEnv, name) }
+
+// secretFrom is SecretEnv reading env.
+func secretFrom(env Env, name string) (string, error) {
 	fileVar := name + "_FILE"
-	path := strings.TrimSpace(os.Getenv(fileVar))
+	path := strings.TrimSpace(env.Getenv(fileVar))
 	if path == "" {
-		return os.Getenv(name), nil
+		return env.Getenv(name), nil
 	}
-	if os.Getenv(name) != "" {
+	if env.Getenv(name) != "" {
 		return "", fmt.Errorf("%w: set %s or %s, not both", ErrConfig, name, fileVar)
 	}
 	b, err := os.ReadFile(path)

@@ -44,28 +44,6 @@ type Activities struct {
 	Metrics *telemetry.Metrics
 }
 
-// LookupInput names the ticket to look up.
-type LookupInput struct {
-	TicketID int64 `json:"ticket_id"`
-	// RequesterID, when 0, is read from the ticket mirror.
-	RequesterID int64 `json:"requester_id,omitempty"`
-	// Redrive says an operator re-drove the ticket; its dead letter records
-	// when.
-	Redrive bool `json:"redrive,omitempty"`
-}
-
-// LookupOutput is a recorded lookup.
-type LookupOutput struct {
-	// RunID is the enrichment_run row the lookup wrote.
-	RunID          int64             `json:"run_id"`
-	RequesterID    int64             `json:"requester_id"`
-	Found          bool              `json:"found"`
-	Customer       bqlookup.Customer `json:"customer"`
-	JobID          string            `json:"job_id"`
-	BytesBilled    int64             `json:"bytes_billed"`
-	BytesProcessed int64             `json:"bytes_processed"`
-}
-
 // LookupProgress is a running lookup's heartbeat details.
 type LookupProgress struct {
 	Step    string        `json:"step"`
@@ -83,16 +61,16 @@ type LookupProgress struct {
 // BigQuery's permanent refusals (invalid query, unknown dataset, access
 // denied) are final; everything else is retried under the one policy, and
 // the workflow dead-letters the ticket after the last attempt.
-func (a *Activities) LookupCustomer(ctx context.Context, in LookupInput) (LookupOutput, error) {
+func (a *Activities) LookupCustomer(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 	if in.TicketID <= 0 || in.RequesterID < 0 {
 		err := fmt.Errorf("%w: ticket %d, requester %d", supportflow.ErrInvalidInput, in.TicketID, in.RequesterID)
-		return LookupOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return supportflow.LookupOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	info := activity.GetInfo(ctx)
 	att := Attempt{TicketID: in.TicketID, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
 		ActivityID: info.ActivityID, Attempt: info.Attempt}
 	if err := a.Store.BeginAttempt(ctx, att); err != nil {
-		return LookupOutput{}, err
+		return supportflow.LookupOutput{}, err
 	}
 	out, err := a.lookup(ctx, in)
 	outcome, msg := OutcomeFound, ""
@@ -110,13 +88,13 @@ func (a *Activities) LookupCustomer(ctx context.Context, in LookupInput) (Lookup
 		a.log().Warn("finishing the lookup log failed", "ticket_id", in.TicketID, "error", ferr)
 	}
 	if err != nil {
-		return LookupOutput{}, classify(err)
+		return supportflow.LookupOutput{}, classify(err)
 	}
 	return out, nil
 }
 
-func (a *Activities) lookup(ctx context.Context, in LookupInput) (LookupOutput, error) {
-	out := LookupOutput{RequesterID: in.RequesterID}
+func (a *Activities) lookup(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
+	out := supportflow.LookupOutput{RequesterID: in.RequesterID}
 	if in.Redrive {
 		if _, err := a.Store.MarkRedriven(ctx, in.TicketID); err != nil {
 			return out, err
@@ -179,18 +157,8 @@ func classify(err error) error {
 	return err
 }
 
-// DeadLetterInput dead-letters a ticket.
-type DeadLetterInput struct {
-	TicketID int64 `json:"ticket_id"`
-	// RequesterID is kept for a re-drive; 0 when unknown.
-	RequesterID int64  `json:"requester_id,omitempty"`
-	Attempts    int    `json:"attempts"`
-	LastError   string `json:"last_error"`
-	Reason      string `json:"reason"`
-}
-
 // DeadLetterTicket writes (or replaces) the ticket's dead-letter row.
-func (a *Activities) DeadLetterTicket(ctx context.Context, in DeadLetterInput) error {
+func (a *Activities) DeadLetterTicket(ctx context.Context, in supportflow.DeadLetterInput) error {
 	reason := "retries_exhausted"
 	if in.Attempts <= 1 {
 		reason = "not_retryable"

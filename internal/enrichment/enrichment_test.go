@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/standin"
@@ -58,13 +59,13 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) lookup(t *testing.T, in enrichment.LookupInput) (enrichment.LookupOutput, error) {
+func (f *fixture) lookup(t *testing.T, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 	t.Helper()
 	v, err := f.env.ExecuteActivity("LookupCustomer", in)
 	if err != nil {
-		return enrichment.LookupOutput{}, err
+		return supportflow.LookupOutput{}, err
 	}
-	var out enrichment.LookupOutput
+	var out supportflow.LookupOutput
 	require.NoError(t, v.Get(&out))
 	return out, nil
 }
@@ -77,7 +78,7 @@ func TestLookup_BytesBilledAndJobIDRoundTripExactly(t *testing.T) {
 	f.bq.SetBytesBilled(2_500_000_000)
 	f.bq.SetNextJobID("job_0Ab")
 
-	out, err := f.lookup(t, enrichment.LookupInput{TicketID: 7, RequesterID: requester})
+	out, err := f.lookup(t, supportflow.LookupInput{TicketID: 7, RequesterID: requester})
 	require.NoError(t, err)
 	assert.True(t, out.Found)
 	assert.Equal(t, "proj:US.job_0Ab", out.JobID)
@@ -108,11 +109,11 @@ func TestLookup_RequesterFromTheMirrorOrRefused(t *testing.T) {
 	f.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "c-1", Orders: 1})
 	_, err := f.pool.Exec(context.Background(), `INSERT INTO ticket_mirror (account, ticket_id, requester_id, zendesk_updated_at) VALUES ('acme', 7, $1, now())`, requester)
 	require.NoError(t, err)
-	out, err := f.lookup(t, enrichment.LookupInput{TicketID: 7})
+	out, err := f.lookup(t, supportflow.LookupInput{TicketID: 7})
 	require.NoError(t, err)
 	assert.Equal(t, requester, out.RequesterID)
 
-	_, err = f.lookup(t, enrichment.LookupInput{TicketID: 8})
+	_, err = f.lookup(t, supportflow.LookupInput{TicketID: 8})
 	require.ErrorContains(t, err, "no known requester")
 	log, err := f.store.LookupLog(context.Background(), 8)
 	require.NoError(t, err)
@@ -134,7 +135,7 @@ func TestDeadLetter_Lifecycle(t *testing.T) {
 	assert.Equal(t, "timeout", dl.LastError)
 
 	// The re-drive names no requester: the dead letter remembers it.
-	out, err := f.lookup(t, enrichment.LookupInput{TicketID: 7, Redrive: true})
+	out, err := f.lookup(t, supportflow.LookupInput{TicketID: 7, Redrive: true})
 	require.NoError(t, err)
 	assert.Equal(t, requester, out.RequesterID)
 	dl, err = f.store.GetDeadLetter(ctx, 7)

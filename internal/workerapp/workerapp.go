@@ -19,7 +19,7 @@ import (
 
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/internal/bqlookup"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/ingest"
@@ -114,16 +114,10 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		logger.Info("resource queue", "task_queue", queue,
 			"fleet_requests_per_minute", lim.PerMinute, "activities_per_second", lim.ActivitiesPerSecond(), "worker_concurrency", lim.Concurrency)
 	}
-	register := func(a any) {
-		for _, w := range workers {
-			w.RegisterActivity(a)
-		}
-	}
 	ea := EnrichmentActivities(cfg, pool, bq, logger)
 	ea.Metrics = m
-	register(ea)
 	l := ledger.New(pool, cfg.Account)
-	register(&activities.Activities{
+	acts := &activities.Activities{
 		Zendesk:       zd,
 		Subscriptions: subs,
 		Model:         mdl,
@@ -134,14 +128,17 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		ReplyUpdate:   cfg.ReplyUpdate,
 		// The prompt budget leaves the answer its room in the window.
 		PromptTokenBudget: cfg.PromptTokens,
-	})
+	}
 	store := ingest.NewStore(pool, l, cfg.Account)
-	register(&ingest.Reconciler{
+	reconciler := &ingest.Reconciler{
 		Store: store, Ledger: l, Export: zd,
 		RequestsPerMinute: cfg.ExportRequestsPerM, BackfillFrom: cfg.ReconcileFrom, Backfill: cfg.ReconcileBackfill,
 		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Retention: cfg.Durations.Fill().Retention,
 		Logger: logger, Metrics: m,
-	})
+	}
+	for _, w := range workers {
+		RegisterActivities(w, acts, ea, reconciler)
+	}
 	// Every worker also relays recorded ticket events to Temporal, so an
 	// event the API recorded is handed on even when no API process runs.
 	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Converter: o.DataConverter}, logger)

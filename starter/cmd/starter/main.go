@@ -56,7 +56,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -135,22 +135,28 @@ var commands = []command{
 		}},
 }
 
-func usage(w io.Writer) {
+// usage writes the commands and, with env, the variables the starter
+// reads (config's spec).
+func usage(w io.Writer, env bool) {
 	fmt.Fprintln(w, "usage: starter COMMAND [ARGS]   (starter COMMAND --help for more)")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.help)
 	}
 	fmt.Fprintln(w, "\nexit status: 0 done, 1 failed, 2 bad usage (nothing was sent)")
-	fmt.Fprintln(w, "\nenvironment: TEMPORAL_ADDRESS (localhost:7233), TEMPORAL_NAMESPACE (default), TEMPORAL_TLS_* and TEMPORAL_API_KEY[_FILE] (TLS, mTLS, API key), SUPPORTFLOW_TASK_QUEUE (supportflow);")
-	fmt.Fprintln(w, "approve, retry and parity also DATABASE_URL and SUPPORTFLOW_ACCOUNT (both required)")
+	if !env {
+		fmt.Fprintln(w, "\nenvironment: starter --help lists it")
+		return
+	}
+	fmt.Fprintln(w, "\nenvironment (approve, retry and parity also need DATABASE_URL and SUPPORTFLOW_ACCOUNT):")
+	config.PrintVars(w, config.VarsFor(config.ProgramStarter))
 }
 
 // run executes one command and returns the exit code: 0 done, 1 failed,
 // 2 bad usage.
 func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(out)
+		usage(out, true)
 		if len(args) == 0 {
 			return 2
 		}
@@ -201,7 +207,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 		return 0
 	}
 	fmt.Fprintf(errOut, "starter: unknown command %q\n", args[0])
-	usage(errOut)
+	usage(errOut, false)
 	return 2
 }
 

@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/supportflow/supportflow/internal/codec"
+	"github.com/supportflow/supportflow/codec"
 )
 
 func newKey() string {
@@ -260,7 +260,7 @@ func TestGateway_Healthz(t *testing.T) {
 // BenchmarkCodec measures sealing and opening one payload the size of a
 // reply (1 KiB) and of a long conversation (256 KiB of text).
 //
-//	go test ./internal/codec -run '^$' -bench . -benchmem
+//	go test ./codec -run '^$' -bench . -benchmem
 func BenchmarkCodec(b *testing.B) {
 	c := &codec.Codec{Keys: ring(b, "k1:"+newKey())}
 	// English-like text: words drawn at random from a small vocabulary
