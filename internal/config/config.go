@@ -1,6 +1,11 @@
 // Package config reads supportflow's settings from the environment. Every
-// setting is an environment variable with a documented default; secrets are
-// read here and never logged (Redacted shows what is safe to print).
+// setting is an environment variable written once, in the spec (spec.go):
+// its name, the programs that read it, its default (taken from the code
+// that owns the value), whether it is a secret with a _FILE variant, and
+// its meaning. The loaders (LoadWorkerFrom, LoadAPIFrom, LoadGatewayFrom,
+// ...) read an injected Env and take their defaults from the spec; --help
+// and docs/configuration.md are generated from it. Secrets are read here
+// and never logged or put in an error.
 package config
 
 import (

@@ -20,6 +20,8 @@ import (
 	"github.com/supportflow/supportflow/internal/temporalconn"
 )
 
+//go:generate go test -run TestConfig_DocsMatchTheSpec -update
+
 // Program is a supportflow program that reads settings.
 type Program string
 
