@@ -29,6 +29,7 @@ import (
 // replay alone would not notice, since it does not compare payloads.
 // (TestReplay_CommittedHistories replays the same files.)
 func TestContract_GoldenPayloads(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("workflows/testdata/*.json")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)

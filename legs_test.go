@@ -12,6 +12,7 @@ import (
 // An action's legs run in one order: what changes the customer's account
 // first, the ticket update next, the reply last (it says what was done).
 func TestAction_LegsInTruthfulOrder(t *testing.T) {
+	t.Parallel()
 	a := supportflow.Action{TicketID: 7, Comment: &supportflow.Comment{Body: "Done."}, CancelSubscriptions: []string{"s1", "s2"},
 		UpdateTicket: &supportflow.TicketUpdate{Status: "pending"}}
 	assert.Equal(t, []supportflow.Leg{
@@ -34,6 +35,7 @@ func TestAction_LegsInTruthfulOrder(t *testing.T) {
 // Every kind says how its replay is made safe, and the one kind whose
 // lost answer is left unknown can be read back.
 func TestLegSpecs_EveryKindHasAReplayRule(t *testing.T) {
+	t.Parallel()
 	for _, k := range supportflow.LegKinds() {
 		spec, ok := supportflow.SpecOf(k)
 		require.True(t, ok, k)
@@ -48,6 +50,7 @@ func TestLegSpecs_EveryKindHasAReplayRule(t *testing.T) {
 
 // Bad ticket updates get a clear InvalidInput, before anything runs.
 func TestTicketUpdate_Validate(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		u    supportflow.TicketUpdate
 		want string

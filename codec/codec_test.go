@@ -46,6 +46,7 @@ func jsonPayload(t testing.TB, v any) *commonpb.Payload {
 // what is stored holds neither its text nor its encoding, and names the
 // key that sealed it.
 func TestCodec_RoundTrip(t *testing.T) {
+	t.Parallel()
 	c := &codec.Codec{Keys: ring(t, "k1:"+newKey())}
 	in := []*commonpb.Payload{
 		jsonPayload(t, "Dear Ottoline, your plan is cancelled."),
@@ -80,6 +81,7 @@ func TestCodec_RoundTrip(t *testing.T) {
 // the deploy) read as they are when unsealed payloads are admitted; by
 // default they are refused (unsealed_test.go).
 func TestCodec_PlainPayloadsPassThroughWhenAdmitted(t *testing.T) {
+	t.Parallel()
 	c := &codec.Codec{Keys: ring(t, "k1:"+newKey()), AdmitUnsealed: true}
 	plain := jsonPayload(t, map[string]string{"reply": "hello"})
 	out, err := c.Decode([]*commonpb.Payload{plain})
@@ -90,6 +92,7 @@ func TestCodec_PlainPayloadsPassThroughWhenAdmitted(t *testing.T) {
 // A key that is no longer active still opens what it sealed; a keyring
 // without it says which key is missing; an altered payload does not open.
 func TestCodec_RotationAndTampering(t *testing.T) {
+	t.Parallel()
 	a, b := "a:"+newKey(), "b:"+newKey()
 	sealedA, err := (&codec.Codec{Keys: ring(t, a)}).Encode([]*commonpb.Payload{jsonPayload(t, "sealed under a")})
 	require.NoError(t, err)
@@ -134,6 +137,7 @@ func TestCodec_RotationAndTampering(t *testing.T) {
 // Each malformed keyring gets its own error, naming the entry by position
 // or ID and never showing key material.
 func TestParseKeyring_BadInput(t *testing.T) {
+	t.Parallel()
 	good := newKey()
 	short := base64.StdEncoding.EncodeToString([]byte("sixteen byte key"))
 	for _, tc := range []struct{ text, want string }{
@@ -163,6 +167,7 @@ func TestParseKeyring_BadInput(t *testing.T) {
 
 // The keyring comes from exactly one of the two variables.
 func TestFromEnv(t *testing.T) {
+	t.Parallel()
 	key := "k1:" + newKey()
 	file := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(file, []byte(key+"\n"), 0o600))
@@ -185,6 +190,7 @@ func TestFromEnv(t *testing.T) {
 // The gateway adds the codec token to what it forwards, and nothing to a
 // CORS preflight (which carries none by design).
 func TestGateway_AddsTheToken(t *testing.T) {
+	t.Parallel()
 	var seen []string
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, fmt.Sprintf("%s %s auth=%q origin=%q", r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Origin")))
@@ -215,6 +221,7 @@ func TestGateway_AddsTheToken(t *testing.T) {
 // token and no call to the upstream (here one that fails every request, as
 // an API that is down would), so its probes do not follow the API's.
 func TestGateway_Healthz(t *testing.T) {
+	t.Parallel()
 	var upstreamCalls []string
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upstreamCalls = append(upstreamCalls, r.Method+" "+r.URL.Path)

@@ -55,6 +55,7 @@ func requireUnsealed(t *testing.T, err error, msgAndArgs ...any) {
 // supportflow's own converter makes: values, nil values ("binary/null",
 // sealed like the rest), no values at all, and failures.
 func TestDataConverter_RefusesUnsealedByDefault(t *testing.T) {
+	t.Parallel()
 	keys := ring(t, "k1:"+newKey())
 	dc := codec.DataConverter(keys)
 
@@ -115,6 +116,7 @@ func TestDataConverter_RefusesUnsealedByDefault(t *testing.T) {
 // histories from before payload encryption drain), unsealed payloads read
 // as they are; what the converter writes is sealed all the same.
 func TestDataConverter_AdmitsUnsealedWithTheSwitch(t *testing.T) {
+	t.Parallel()
 	keys := ring(t, "k1:"+newKey())
 	dc := codec.DataConverter(keys, codec.WithAdmitUnsealed(true))
 
@@ -163,6 +165,7 @@ func postCodec(t *testing.T, h http.Handler, path string, payloads ...*commonpb.
 // unsealed payload comes back as it is, even from a codec whose converter
 // would refuse it, next to a sealed one opened.
 func TestHandler_DecodesUnsealedPayloads(t *testing.T) {
+	t.Parallel()
 	c := &codec.Codec{Keys: ring(t, "k1:"+newKey())}
 	require.False(t, c.AdmitUnsealed)
 	plain := forged(t).Payloads[0]
@@ -183,6 +186,7 @@ func TestHandler_DecodesUnsealedPayloads(t *testing.T) {
 // POST .../encode is refused (403, a problem naming the setting) unless
 // AllowEncode, and /decode works either way; enabled, encode seals.
 func TestHandler_EncodeOnlyWhenAllowed(t *testing.T) {
+	t.Parallel()
 	keys := ring(t, "k1:"+newKey())
 	plain := jsonPayload(t, "a forged input")
 

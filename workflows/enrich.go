@@ -226,7 +226,7 @@ func noteKey(runID int64) string {
 // ticket's enrichment: the same content, the same key, one note.
 func contentNoteKey(ticketID int64, c supportflow.Customer) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", c.CustomerID, c.Email, c.LifetimeOrders, strings.Join(c.ActiveSubscriptions, "\x00"))
+	h.Write([]byte(fmt.Sprintf("%s\x00%s\x00%d\x00%s", c.CustomerID, c.Email, c.LifetimeOrders, strings.Join(c.ActiveSubscriptions, "\x00"))))
 	return supportflow.ActionKey(fmt.Sprintf("enrich-%d-%x", ticketID, h.Sum(nil)[:8]), 0)
 }
 

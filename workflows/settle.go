@@ -283,10 +283,10 @@ func fenceNote(actionKey, reason string) string {
 // reply was held back, from what the ledger recorded after the settle.
 func attentionNoteFromLedger(st *supportflow.ActionStatus) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "supportflow did not send the approved reply (action %s): a cancellation could not be done (%s), so the reply "+
-		"would have promised what did not happen. Cancelled: %s. Not cancelled: %s.", st.Key, st.Reason, listOrNone(st.Cancelled), listOrNone(st.NotCancelled))
+	b.WriteString(fmt.Sprintf("supportflow did not send the approved reply (action %s): a cancellation could not be done (%s), so the reply "+
+		"would have promised what did not happen. Cancelled: %s. Not cancelled: %s.", st.Key, st.Reason, listOrNone(st.Cancelled), listOrNone(st.NotCancelled)))
 	if len(st.Unknown) > 0 {
-		fmt.Fprintf(&b, " Outcome unknown (check the subscription service): %s.", strings.Join(st.Unknown, ", "))
+		b.WriteString(fmt.Sprintf(" Outcome unknown (check the subscription service): %s.", strings.Join(st.Unknown, ", ")))
 	}
 	b.WriteString(" The customer has not been answered; a new draft follows.")
 	return b.String()

@@ -58,6 +58,7 @@ func deadlineCtx(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestLookupFindsCustomer(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 
 	res, err := c.LookupCustomer(deadlineCtx(t, 2*time.Second), testRequester)
@@ -84,6 +85,7 @@ func TestLookupFindsCustomer(t *testing.T) {
 }
 
 func TestLookupUnknownRequesterNotFound(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 
 	res, err := c.LookupCustomer(deadlineCtx(t, 2*time.Second), 12345678901)
@@ -97,6 +99,7 @@ func TestLookupUnknownRequesterNotFound(t *testing.T) {
 }
 
 func TestLookupCustomerWithoutSubscriptions(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.AddCustomer(5550001112, standin.BQCustomer{CustomerID: "cus_7"})
 
@@ -110,6 +113,7 @@ func TestLookupCustomerWithoutSubscriptions(t *testing.T) {
 }
 
 func TestLookupJobIDAndBytesBilled(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.SetNextJobID("job_0Ab")
 	bq.SetBytesBilled(2_500_000_000) // over 2^31
@@ -121,6 +125,7 @@ func TestLookupJobIDAndBytesBilled(t *testing.T) {
 }
 
 func TestLookupLocation(t *testing.T) {
+	t.Parallel()
 	bq := standin.NewBigQuery(testProject)
 	srv := httptest.NewServer(bq)
 	t.Cleanup(srv.Close)
@@ -141,6 +146,7 @@ func TestLookupLocation(t *testing.T) {
 }
 
 func TestLookupSQLIsParameterized(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 
 	_, err := c.LookupCustomer(deadlineCtx(t, 2*time.Second), testRequester)
@@ -155,6 +161,7 @@ func TestLookupSQLIsParameterized(t *testing.T) {
 }
 
 func TestLookupSlowJobPolls(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	// jobs.query answers jobComplete:false, so the library falls back to
 	// polling getQueryResults and then reads the rows from it.
@@ -174,6 +181,7 @@ func TestLookupSlowJobPolls(t *testing.T) {
 }
 
 func TestLookupRateLimitedIsRetryable(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	// The library retries rateLimitExceeded by itself, so only a lasting
 	// one reaches the caller, when the deadline ends the retries.
@@ -203,6 +211,7 @@ func TestLookupRateLimitedIsRetryable(t *testing.T) {
 }
 
 func TestLookupForbiddenIsPermanent(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{Status: http.StatusForbidden, Reason: "accessDenied"})
 
@@ -216,6 +225,7 @@ func TestLookupForbiddenIsPermanent(t *testing.T) {
 }
 
 func TestLookupInvalidQueryIsPermanent(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{Status: http.StatusBadRequest, Reason: "invalidQuery"})
 
@@ -234,6 +244,7 @@ func TestLookupInvalidQueryIsPermanent(t *testing.T) {
 }
 
 func TestLookupJobStatisticsNotFoundIsPermanent(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{Method: http.MethodGet, Path: "/bigquery/v2/projects/proj/jobs/*", Status: http.StatusNotFound})
 
@@ -253,6 +264,7 @@ func TestLookupJobStatisticsNotFoundIsPermanent(t *testing.T) {
 // (almost always: the stand-in answers at once), is the *Error of the last
 // 500.
 func TestLookupBackendErrorUntilDeadline(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{Times: -1, Status: http.StatusInternalServerError, Reason: "backendError"})
 
@@ -275,6 +287,7 @@ func TestLookupBackendErrorUntilDeadline(t *testing.T) {
 
 // A single 503 is retried inside the library and the lookup succeeds.
 func TestLookupTransientUnavailableRetriedByLibrary(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{Method: http.MethodPost, Status: http.StatusServiceUnavailable})
 
@@ -286,6 +299,7 @@ func TestLookupTransientUnavailableRetriedByLibrary(t *testing.T) {
 }
 
 func TestLookupStayRunningEndsAtDeadline(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	bq.Inject(standin.BigQueryFault{StayRunning: true})
 
@@ -305,6 +319,7 @@ func TestLookupStayRunningEndsAtDeadline(t *testing.T) {
 }
 
 func TestLookupSlowAnswerEndsAtDeadline(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 	arrived := make(chan struct{}, 1)
 	bq.Inject(standin.BigQueryFault{Times: -1, Delay: 5 * time.Second, Arrived: arrived})
@@ -324,6 +339,7 @@ func TestLookupSlowAnswerEndsAtDeadline(t *testing.T) {
 }
 
 func TestLookupRequiresDeadline(t *testing.T) {
+	t.Parallel()
 	bq, c := newLookupEnv(t)
 
 	_, err := c.LookupCustomer(context.Background(), testRequester)
@@ -336,6 +352,7 @@ func TestLookupRequiresDeadline(t *testing.T) {
 }
 
 func TestLookupNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	good := bqlookup.Config{Endpoint: "http://127.0.0.1:1/bigquery/v2/", ProjectID: "proj", Dataset: "commerce"}
 	tests := map[string]func(*bqlookup.Config){
 		"dataset injection":    func(c *bqlookup.Config) { c.Dataset = "x; DROP" },
@@ -365,6 +382,7 @@ func TestLookupNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestLookupErrorMessage(t *testing.T) {
+	t.Parallel()
 	e := &bqlookup.Error{Op: "query", Status: 403, Reason: "rateLimitExceeded", Message: "Exceeded rate limits", RetryAfter: 2 * time.Second, Err: context.DeadlineExceeded}
 	assert.Equal(t, "bqlookup: query: HTTP 403 rateLimitExceeded: Exceeded rate limits (retry after 2s): context deadline exceeded", e.Error())
 	assert.False(t, e.Permanent())

@@ -40,6 +40,7 @@ func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string) {
 }
 
 func TestFromEnv_Defaults(t *testing.T) {
+	t.Parallel()
 	s, err := FromEnv(env(nil))
 	require.NoError(t, err)
 	assert.Equal(t, Settings{Address: DefaultAddress, Namespace: DefaultNamespace}, s)
@@ -51,6 +52,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 
 // An API key alone is Temporal Cloud's way: TLS with the system roots.
 func TestFromEnv_APIKeyTurnsTLSOn(t *testing.T) {
+	t.Parallel()
 	s, err := FromEnv(env(map[string]string{EnvAddress: "us-east-1.aws.api.temporal.io:7233", EnvNamespace: "ns.acct", EnvAPIKey: "k-secret"}))
 	require.NoError(t, err)
 	assert.True(t, s.TLS)
@@ -71,6 +73,7 @@ func TestFromEnv_APIKeyTurnsTLSOn(t *testing.T) {
 // changes (a rotated secret), keeping the last good key while the new file
 // is being written.
 func TestAPIKeyFile_ReadAgainWhenChanged(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(path, []byte("first\n"), 0o600))
 	s, err := FromEnv(env(map[string]string{EnvAPIKeyFile: path}))
@@ -92,6 +95,7 @@ func TestAPIKeyFile_ReadAgainWhenChanged(t *testing.T) {
 
 // Each bad input gets an error naming the variable, never its value.
 func TestFromEnv_BadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir, "client")
 	otherCert, _ := selfSigned(t, dir, "other")
@@ -128,6 +132,7 @@ func TestFromEnv_BadInput(t *testing.T) {
 // mTLS settings give a TLS config whose client certificate is the pair's,
 // read again when the files change.
 func TestTLSConfig_ClientCertificateReloaded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir, "client")
 	ca, _ := selfSigned(t, dir, "ca")

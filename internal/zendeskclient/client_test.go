@@ -77,6 +77,7 @@ func audit(id int64, at time.Time, key string) map[string]any {
 // cursor and a next link is not the end. The old search stopped there and
 // answered "not found" for a key on the second page.
 func TestFindAction_PageWithoutHasMoreIsNotTheEnd(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, c := newAuditsServer(t, func(n int, q url.Values) map[string]any {
 		switch q.Get("page[after]") {
@@ -109,6 +110,7 @@ func TestFindAction_PageWithoutHasMoreIsNotTheEnd(t *testing.T) {
 // sort_order, offset pagination's parameter), has_more asked for with
 // include_boundary_indicators, and nothing of offset pagination.
 func TestFindAction_SendsTheDocumentedParameters(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, c := newAuditsServer(t, func(n int, q url.Values) map[string]any {
 		if n == 0 {
@@ -136,6 +138,7 @@ func TestFindAction_SendsTheDocumentedParameters(t *testing.T) {
 // Without has_more and without after_cursor, links.next still carries the
 // cursor; without either, and on an empty page, the listing has ended.
 func TestFindAction_CursorFromTheNextLinkAndTheEnd(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, c := newAuditsServer(t, func(n int, q url.Values) map[string]any {
 		switch n {
@@ -170,6 +173,7 @@ func TestFindAction_CursorFromTheNextLinkAndTheEnd(t *testing.T) {
 // failed), and the search is bounded: has_more without a cursor, a cursor
 // that comes back, a listing longer than the budget.
 func TestFindAction_UnreadableListingIsAnErrorAndBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	for name, tc := range map[string]struct {
 		page     func(n int, q url.Values) map[string]any
@@ -226,6 +230,7 @@ func TestFindAction_UnreadableListingIsAnErrorAndBounded(t *testing.T) {
 // A newest-first page all older than since ends the search without the
 // next page: no attempt wrote before the reservation.
 func TestFindAction_StopsAtSince(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, c := newAuditsServer(t, func(int, url.Values) map[string]any {
 		return map[string]any{"audits": []any{audit(2, now.Add(-time.Hour), ""), audit(1, now.Add(-2*time.Hour), "")},
@@ -244,6 +249,7 @@ func TestFindAction_StopsAtSince(t *testing.T) {
 // page. (Read oldest first, or stopped at the first page without has_more,
 // the search would miss it.)
 func TestFindAction_OnTheStandIn(t *testing.T) {
+	t.Parallel()
 	z := standin.NewZendesk(testEmail, testToken)
 	srv := httptest.NewServer(z)
 	t.Cleanup(srv.Close)
