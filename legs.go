@@ -26,10 +26,12 @@ const (
 )
 
 // Replay says how a leg's effect is made safe to attempt again after an
-// attempt whose outcome is not known (a lost answer, a killed worker). A
-// receiver that deduplicates by our key would be a third rule; none of
-// ours does (the subscription service records Idempotency-Key but does not
-// deduplicate on it), so there is no such rule to get wrong.
+// attempt whose outcome is not known (a lost answer, a killed worker).
+// The subscription service also deduplicates cancellations by our
+// Idempotency-Key (a repeat gets the first request's answer: see
+// subscriptions.Client.Cancel), but a cancellation's safety does not rest
+// on that: a second cancellation has no second effect whatever key it
+// carries (ReplayIdempotent).
 type Replay string
 
 const (

@@ -121,8 +121,8 @@ type SettleInput struct {
 	// kept an action's legs as rows; the ledger now knows them, so nothing
 	// reads it. Kept so that those executions' payloads still decode
 	// strictly and stay as they were.
-	HasComment bool `json:"has_comment,omitempty"`
-	Error    string `json:"error"`
+	HasComment bool   `json:"has_comment,omitempty"`
+	Error      string `json:"error"`
 	// HeldBack says later legs (the reply) were held back because an
 	// earlier one (a cancellation) was refused for good: the action ends
 	// needs_attention.

@@ -1,8 +1,22 @@
-// Package supportflow holds every name the Temporal engine knows about
-// (task queue, workflow types and IDs, queries) and the payload types that
-// cross the boundary between the app, the workflows and the activities.
-// It is deliberately small and dependency-free so that the app, the worker
-// and the tests all read the same names from one place.
+// Package supportflow is the contract: everything Temporal sees, in one
+// dependency-free package that every other package points at.
+//
+//   - names: the task queue (and the resource queues derived from it in
+//     policy), workflow types and IDs, activities (activity.go), signals,
+//     queries, updates, search attributes and schedule IDs; version
+//     markers are listed in workflows/versions.go, next to the code they
+//     guard;
+//   - payloads: every workflow's and activity's input and result
+//     (payloads.go, draft.go, enrich.go, reconcile.go), with frozen JSON
+//     names that the committed histories hold them to
+//     (TestContract_GoldenPayloads);
+//   - idempotency keys: ActionKey and the workflow IDs derived from
+//     business identity;
+//   - errors: the ApplicationError types with their retryability and HTTP
+//     status, and the sentinel errors every layer wraps (errors.go).
+//
+// Clients (Zendesk, BigQuery, the model, the ledger) map to and from these
+// types; the workflows import only this package, the SDK and policy.
 package supportflow
 
 import (

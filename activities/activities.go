@@ -17,7 +17,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
@@ -48,8 +51,17 @@ type Activities struct {
 	Zendesk       Zendesk
 	Subscriptions Subscriptions
 	// Model drafts replies.
-	Model  Model
+	Model Model
+	// Ledger is the action ledger (actions and their legs).
 	Ledger *ledger.Ledger
+	// Proposals keeps the drafted proposals and the approvals every leg
+	// checks before it writes.
+	Proposals *proposals.Store
+	// Enrichment is read for a ticket's customer data (written by the
+	// enrichment activities).
+	Enrichment *enrichment.Store
+	// Evals keeps evaluation results.
+	Evals *eval.Store
 	// Durations are the heartbeat interval, lease and call timeouts.
 	Durations policy.Durations
 	// Logger receives operational logs; nil means slog.Default(). Secrets
@@ -102,8 +114,8 @@ func reserveRequest(in supportflow.ActionInput, claimant, run string, d policy.D
 }
 
 // checkApproved refuses, before any write, an action that has no recorded
-// approval or is not what was approved (ledger.CheckApproval): a proposal
-// is approved through the API or the starter, which record it in
+// approval or is not what was approved (proposals.Store.CheckApproval): a
+// proposal is approved through the API or the starter, which record it in
 // PostgreSQL, never by starting ExecuteProposal on Temporal. The only
 // writes without an approval are supportflow's own private notes to the
 // agents (keys under supportflow.NotePrefixes, which no proposal ID may
@@ -112,11 +124,11 @@ func (a *Activities) checkApproved(ctx context.Context, in supportflow.ActionInp
 	if isAttentionNote(in) {
 		return nil
 	}
-	err := a.Ledger.CheckApproval(ctx, in.Key, ledger.ContentDigest(in.Action))
+	err := a.Proposals.CheckApproval(ctx, in.Key, ledger.ContentDigest(in.Action))
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ledger.ErrNotApproved):
+	case errors.Is(err, proposals.ErrNotApproved):
 		a.Metrics.LegRefused("not_approved")
 		a.log(ctx).Warn("refused an action that was not approved", "action_key", in.Key, "ticket_id", in.Action.TicketID, "reason", err.Error())
 		return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeNotApproved, err)

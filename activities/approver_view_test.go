@@ -22,7 +22,7 @@ func TestGenerateDraft_ApproverSeesWhoseSubscriptionAndWhoAsked(t *testing.T) {
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plans", Description: "hello", RequesterName: "Ada"})
 	asked := f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Please cancel my premium plan"})
 	f.h.Subscriptions.AddSubscriptionWithPlan("sub-prem", "cust-ada", "Premium monthly")
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
 		supportflow.Enrichment{CustomerID: "cust-ada", ActiveSubscriptions: []string{"sub-prem", "sub-gone"}}))
 	tc := f.load(t, ticket)
 	require.Len(t, tc.Conversation.Comments, 2)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/text"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // Model is what drafting needs from the model: one streamed completion
@@ -135,7 +135,7 @@ func (a *Activities) LoadTicket(ctx context.Context, in supportflow.LoadTicketIn
 			}
 		}
 		out.Conversation = conv
-		e, found, err := a.Ledger.GetEnrichment(ctx, in.TicketID, conv.RequesterID)
+		e, found, err := a.Enrichment.GetEnrichment(ctx, in.TicketID, conv.RequesterID)
 		if err != nil {
 			return err
 		}
@@ -476,7 +476,7 @@ func (a *Activities) SaveProposal(ctx context.Context, p supportflow.DraftPropos
 	if err := p.Proposal().Validate(); err != nil {
 		return invalid(err)
 	}
-	if _, err := a.Ledger.SaveProposal(ctx, p); err != nil {
+	if _, err := a.Proposals.SaveProposal(ctx, p); err != nil {
 		return reserveError(err)
 	}
 	return nil
@@ -486,7 +486,7 @@ func (a *Activities) SaveProposal(ctx context.Context, p supportflow.DraftPropos
 // never saved (a draft superseded while saving) is not an error: there is
 // nothing to mark.
 func (a *Activities) SetProposalState(ctx context.Context, in supportflow.ProposalStateInput) error {
-	_, err := a.Ledger.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, text.Clip(in.Error, 4000))
+	_, err := a.Proposals.SetProposalState(ctx, in.ProposalID, in.State, in.DecidedBy, text.Clip(in.Error, 4000))
 	if errors.Is(err, supportflow.ErrNotFound) {
 		return nil
 	}
@@ -497,11 +497,12 @@ func (a *Activities) SetProposalState(ctx context.Context, in supportflow.Propos
 }
 
 // FindDraftCandidates lists up to limit tickets that need a draft (see
-// ledger.DraftCandidates). A ticket not yet enriched waits the new-ticket
-// enrichment delay plus 5 minutes before it is drafted without its data.
+// proposals.Store.DraftCandidates). A ticket not yet enriched waits the
+// new-ticket enrichment delay plus 5 minutes before it is drafted without
+// its data.
 func (a *Activities) FindDraftCandidates(ctx context.Context, limit int) ([]int64, error) {
 	d := a.Durations.Fill()
-	ids, err := a.Ledger.DraftCandidates(ctx, limit, d.EnrichNewTicketDelay+5*time.Minute)
+	ids, err := a.Proposals.DraftCandidates(ctx, limit, d.EnrichNewTicketDelay+5*time.Minute)
 	if errors.Is(err, supportflow.ErrInvalidInput) {
 		return nil, invalid(err)
 	}
@@ -512,18 +513,18 @@ func (a *Activities) FindDraftCandidates(ctx context.Context, limit int) ([]int6
 // (package eval) and stores the result; it returns the score (0 for a
 // failed ticket).
 func (a *Activities) RecordEvalResult(ctx context.Context, in supportflow.EvalResultInput) (float64, error) {
-	r := ledger.EvalResult{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: text.Clip(in.Error, 4000)}
+	r := eval.Result{TicketID: in.TicketID, Draft: in.Draft, ActualReply: in.ActualReply, Error: text.Clip(in.Error, 4000)}
 	var score float64
 	if in.Error == "" {
 		score = eval.Score(in.Draft, in.ActualReply)
 		r.Score = &score
 	}
-	return score, a.Ledger.PutEvalResult(ctx, in.RunID, r)
+	return score, a.Evals.PutResult(ctx, in.RunID, r)
 }
 
 // RecordEvalSummary stores an evaluation run's summary.
 func (a *Activities) RecordEvalSummary(ctx context.Context, s supportflow.EvaluationStatus) error {
-	return a.Ledger.PutEvalSummary(ctx, s)
+	return a.Evals.PutSummary(ctx, s)
 }
 
 // progressOf is a value a heartbeat reports while the work updates it.
@@ -546,11 +547,20 @@ func (p *progressOf[T]) get() T {
 
 func (p *progressOf[T]) details() any { return p.get() }
 
-// PruneLedger deletes terminal actions and proposals older than the
-// retention (see ledger.Prune) and returns how many, by table.
+// PruneLedger deletes terminal actions, proposals and approvals older than
+// the retention (see ledger.Ledger.Prune and proposals.Store.Prune) and
+// returns how many, by table. The actions go first: an approval stays
+// while an action of its proposal is left.
 func (a *Activities) PruneLedger(ctx context.Context) (map[string]int64, error) {
-	pruned, err := a.Ledger.Prune(ctx, time.Now().Add(-a.Durations.Fill().Retention))
-	return map[string]int64(pruned), err
+	cutoff := time.Now().Add(-a.Durations.Fill().Retention)
+	pruned, err := a.Ledger.Prune(ctx, cutoff)
+	out := map[string]int64(pruned)
+	if err != nil {
+		return out, err
+	}
+	more, err := a.Proposals.Prune(ctx, cutoff)
+	maps.Copy(out, more)
+	return out, err
 }
 
 // describeCancellations fills in, for the approver, each proposed

@@ -193,7 +193,7 @@ func TestLoadTicket_ReadsThePublicConversationAndEnrichment(t *testing.T) {
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Checking.", Agent: true})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Customer is VIP", Agent: true, Private: true})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "Any news?"})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c-1", ActiveSubscriptions: []string{"s-1"}}))
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c-1", ActiveSubscriptions: []string{"s-1"}}))
 
 	tc := f.load(t, ticket)
 	assert.Equal(t, "Refund", tc.Conversation.Subject)
@@ -213,7 +213,7 @@ func TestLoadTicket_ReadsOnlyTheCurrentRequestersEnrichment(t *testing.T) {
 	f := newDraftFixture(t)
 	const previous, current = int64(8001), int64(8002)
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Cancel please", RequesterID: current})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, previous, supportflow.Enrichment{CustomerID: "c-old", ActiveSubscriptions: []string{"s-old"}}))
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, previous, supportflow.Enrichment{CustomerID: "c-old", ActiveSubscriptions: []string{"s-old"}}))
 
 	tc := f.load(t, ticket)
 	assert.Equal(t, current, tc.Conversation.RequesterID)
@@ -221,7 +221,7 @@ func TestLoadTicket_ReadsOnlyTheCurrentRequestersEnrichment(t *testing.T) {
 	msgs, _ := activities.Messages(tc, "", 0)
 	assert.NotContains(t, msgs[1].Content, "s-old")
 
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, current, supportflow.Enrichment{CustomerID: "c-new", ActiveSubscriptions: []string{"s-new"}}))
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, current, supportflow.Enrichment{CustomerID: "c-new", ActiveSubscriptions: []string{"s-new"}}))
 	tc = f.load(t, ticket)
 	require.NotNil(t, tc.Enrichment)
 	assert.Equal(t, []string{"s-new"}, tc.Enrichment.ActiveSubscriptions)
@@ -243,7 +243,7 @@ func TestDraft_PromptSaysWhoWroteEachComment(t *testing.T) {
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{AuthorID: agent, Body: "AGENT-1 looking into it"})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Agent: true, Body: "SUPPORTFLOW-1 we are on it"})
 	f.h.Zendesk.AddComment(ticket, standin.SeedComment{Body: "REQUESTER-2 any news?"})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
 		supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
 
 	var mu sync.Mutex
@@ -315,7 +315,7 @@ func TestLoadTicket_BadInput(t *testing.T) {
 func TestGenerateDraft_HeartbeatsTokensWhileTheModelIsSilentAndStreaming(t *testing.T) {
 	f := newDraftFixture(t)
 	ticket := f.h.Zendesk.AddTicket(standin.Ticket{Subject: "Plan", Description: "Please cancel.", RequesterName: "Ada"})
-	require.NoError(t, f.h.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
+	require.NoError(t, f.h.Enrichment.Store.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c", ActiveSubscriptions: []string{"sub-1"}}))
 	tc := f.load(t, ticket)
 	// LoadTicket beats too when it takes longer than the interval (a busy
 	// machine): only GenerateDraft's beats are under test.
@@ -402,9 +402,9 @@ func TestModel_UsageTruncationQuotaAndContextBudget(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, p.PromptTokens)
 	assert.Positive(t, p.CompletionTokens)
-	_, err = f.h.Ledger.SaveProposal(ctx, p)
+	_, err = f.h.Proposals.SaveProposal(ctx, p)
 	require.NoError(t, err)
-	stored, err := f.h.Ledger.GetProposal(ctx, "p-1")
+	stored, err := f.h.Proposals.GetProposal(ctx, "p-1")
 	require.NoError(t, err)
 	assert.Equal(t, p.PromptTokens, stored.PromptTokens)
 	assert.Equal(t, p.CompletionTokens, stored.CompletionTokens)

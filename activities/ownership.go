@@ -15,7 +15,7 @@ import (
 // execution started with another ticket's proposal). It reads the
 // requester from Zendesk itself (the mirror may not have seen a change
 // yet), that requester's enrichment (never an earlier requester's:
-// ledger.GetEnrichment), and the subscription service's record of the
+// enrichment.Store.GetEnrichment), and the subscription service's record of the
 // subscription.
 //
 // Owned when the service names the enrichment's customer as the
@@ -42,7 +42,7 @@ func (a *Activities) subscriptionOwner(ctx context.Context, ticketID int64, subs
 	if requester <= 0 {
 		return false, fmt.Sprintf("ticket %d has no known requester", ticketID), nil
 	}
-	e, found, err := a.Ledger.GetEnrichment(ctx, ticketID, requester)
+	e, found, err := a.Enrichment.GetEnrichment(ctx, ticketID, requester)
 	if err != nil {
 		return false, "", fmt.Errorf("owner of subscription %s: %w", subscriptionID, err)
 	}

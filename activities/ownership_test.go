@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
@@ -55,7 +56,7 @@ func newOwnerFixture(t *testing.T) *ownerFixture {
 	zc, err := zendeskclient.New(zendeskclient.Config{URL: zsrv.URL, Email: email, APIToken: zdToken})
 	require.NoError(t, err)
 	return &ownerFixture{
-		a: &Activities{Subscriptions: client, Zendesk: zc, Ledger: ledger.New(pool, "acme"),
+		a: &Activities{Subscriptions: client, Zendesk: zc, Ledger: ledger.New(pool, "acme"), Enrichment: enrichment.NewStore(pool, "acme"),
 			Durations: policy.Durations{SubscriptionCallTimeout: 300 * time.Millisecond}.Fill()},
 		subs: subs, zd: zd,
 	}
@@ -73,7 +74,7 @@ func (f *ownerFixture) requester(t *testing.T, requester int64) {
 
 func (f *ownerFixture) enrich(t *testing.T, requester int64, customerID string, subs ...string) {
 	t.Helper()
-	require.NoError(t, f.a.Ledger.PutEnrichment(context.Background(), ownerTicket, requester,
+	require.NoError(t, f.a.Enrichment.PutEnrichment(context.Background(), ownerTicket, requester,
 		supportflow.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs}))
 }
 

@@ -22,9 +22,9 @@ import (
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/temporalconn"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/migrations"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -206,7 +206,7 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		s.env = append(s.env, "SUPPORTFLOW_"+up+"_REQUESTS_PER_MINUTE=1000000", "SUPPORTFLOW_"+up+"_CONCURRENCY=500")
 	}
 	// Approvals go where the worker's legs check them: its account.
-	s.starter.Approvals = ledger.New(s.pool, s.account())
+	s.starter.Approvals = proposals.New(s.pool, s.account())
 	return s, nil
 }
 

@@ -16,6 +16,12 @@
 // else skips the legs recorded done. The ledger is generic over legs: what
 // a kind is and how its replay is made safe is said in the root package
 // (supportflow.SpecOf).
+//
+// The ledger writes the tables action and action_leg and nothing else:
+// proposals and approvals are package internal/proposals', the ticket
+// mirror internal/ingest's, the enrichment internal/enrichment's, the
+// evaluation results internal/eval's. Every table has one writing package
+// (TestContract_OneWriterPerTable in the root package).
 package ledger
 
 import (
@@ -66,8 +72,10 @@ func New(db DB, account string) *Ledger {
 func (l *Ledger) Account() string { return l.account }
 
 // TicketLockKey is the pg_advisory_xact_lock key of one ticket of one
-// account. Action reservation and the ticket-mirror writer both take it,
-// so a reservation serializes against mirror writes for the same ticket.
+// account. Action reservation and the ticket-mirror writer (package
+// ingest) both take it, so a reservation serializes against mirror writes
+// for the same ticket; recording an approval and retrying a proposal
+// (package proposals) take it too.
 // It is a 64-bit FNV-1a hash of a namespaced string, so it does not collide
 // with other advisory locks in practice (tern's migration lock included).
 func TicketLockKey(account string, ticketID int64) int64 {

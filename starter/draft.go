@@ -225,7 +225,7 @@ var ErrAnswerConflict = errors.New("starter: another proposal answers this ticke
 var ErrNoApprovals = errors.New("starter: Approvals is not set, so an approval cannot be recorded")
 
 // Approvals records and reads approvals and the proposals they approve
-// (ledger.Ledger).
+// (internal/proposals.Store).
 type Approvals interface {
 	GetProposal(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error)
 	RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (bool, error)

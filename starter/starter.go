@@ -50,7 +50,7 @@ func (s *Starter) converter() converter.DataConverter {
 	return converter.GetDefaultDataConverter()
 }
 
-// ProposalReader reads a ticket's newest proposal (ledger.Ledger).
+// ProposalReader reads a ticket's newest proposal (internal/proposals.Store).
 type ProposalReader interface {
 	LatestProposal(ctx context.Context, ticketID int64) (supportflow.ProposalRecord, error)
 }
@@ -84,7 +84,7 @@ type Execution struct {
 var ErrNotRetryable = errors.New("starter: nothing to retry")
 
 // Proposals is what Retry reads and writes: the saved proposal, its
-// approval and its action's ledger row (ledger.Ledger).
+// approval and its action's ledger row (internal/proposals.Store).
 type Proposals interface {
 	GetProposal(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error)
 	GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error)

@@ -490,7 +490,7 @@ func TestAPI_RolesAndAttribution(t *testing.T) {
 		st := s.waitState(tk.ID, supportflow.DraftAwaitingApproval)
 		proposals[tk.ID] = st.Proposal.ID
 		require.Eventually(t, func() bool {
-			_, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+			_, err := s.proposalStore.GetProposal(context.Background(), st.Proposal.ID)
 			return err == nil
 		}, waitBudget, 20*time.Millisecond, "the proposal is saved")
 	}
@@ -524,10 +524,10 @@ func TestAPI_RolesAndAttribution(t *testing.T) {
 	assert.Equal(t, "test-approver", done.ApprovedBy)
 	for _, id := range []string{proposals[toApprove.ID], proposals[toReject.ID]} {
 		require.Eventually(t, func() bool {
-			p, err := s.ledger.GetProposal(context.Background(), id)
+			p, err := s.proposalStore.GetProposal(context.Background(), id)
 			return err == nil && (p.State == supportflow.DraftDone || p.State == supportflow.DraftRejected)
 		}, waitBudget, 50*time.Millisecond, "proposal %s settled", id)
-		p, err := s.ledger.GetProposal(ctxT(t), id)
+		p, err := s.proposalStore.GetProposal(ctxT(t), id)
 		require.NoError(t, err)
 		assert.Equal(t, "test-approver", p.DecidedBy, "proposal %s (%s) is recorded under the token's name", id, p.State)
 	}
@@ -555,7 +555,7 @@ func TestAPI_RolesAndAttribution(t *testing.T) {
 func (s *stack) waitMirrored(ticketID int64) {
 	s.t.Helper()
 	require.Eventually(s.t, func() bool {
-		_, err := s.ledger.GetTicketMirror(context.Background(), ticketID)
+		_, err := s.mirror.GetTicketMirror(context.Background(), ticketID)
 		return err == nil
 	}, waitBudget, 20*time.Millisecond, "ticket %d was mirrored", ticketID)
 }
@@ -611,7 +611,7 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	code, resp = c.do("POST", "/proposals/"+st.Proposal.ID+"/approve", apiToken, nil, nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
 	require.Eventually(t, func() bool {
-		p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+		p, err := s.proposalStore.GetProposal(context.Background(), st.Proposal.ID)
 		return err == nil && p.State == supportflow.DraftFailed
 	}, waitBudget, 50*time.Millisecond, "the proposal's execution failed")
 	assert.Equal(t, supportflow.StateNeedsAttention, s.action(supportflow.ActionKey(st.Proposal.ID, 0)).State)
@@ -640,7 +640,7 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%s", resp)
 	s.waitState(tk.ID, supportflow.DraftRejected)
 	require.Eventually(t, func() bool {
-		p, err := s.ledger.GetProposal(context.Background(), redraft.Proposal.ID)
+		p, err := s.proposalStore.GetProposal(context.Background(), redraft.Proposal.ID)
 		return err == nil && p.State == supportflow.DraftRejected
 	}, waitBudget, 50*time.Millisecond)
 

@@ -78,7 +78,7 @@ func (s *stack) waitProposalState(proposalID, state string) supportflow.Proposal
 		err error
 	)
 	for deadline := time.Now().Add(waitBudget); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if p, err = s.ledger.GetProposal(context.Background(), proposalID); err == nil && p.State == state {
+		if p, err = s.proposalStore.GetProposal(context.Background(), proposalID); err == nil && p.State == state {
 			return p
 		}
 	}
@@ -200,7 +200,7 @@ func TestExecution_UnapprovedProposalNeverRuns(t *testing.T) {
 	noWrites("sealed")
 	_, err = s.ledger.Get(ctx, supportflow.ActionKey(sealed.ID, 0))
 	assert.ErrorIs(t, err, supportflow.ErrNotFound, "refused before the action was reserved")
-	_, err = s.ledger.GetApproval(ctx, sealed.ID)
+	_, err = s.proposalStore.GetApproval(ctx, sealed.ID)
 	assert.ErrorIs(t, err, supportflow.ErrNotFound, "starting the workflow approved nothing")
 	assert.Eventually(t, func() bool { return refusedNotApprovedCount(metrics) >= 1 }, waitBudget, 100*time.Millisecond,
 		"supportflow_legs_refused_total{reason=\"not_approved\"} counts the refusal")
@@ -363,7 +363,7 @@ func TestExecution_RetryAfterPruneDoesNotRepost(t *testing.T) {
 
 	retryRefusedAsPruned := func(p supportflow.DraftProposal) {
 		t.Helper()
-		_, err := s.starter.Retry(ctx, s.ledger, p.ID, "operator")
+		_, err := s.starter.Retry(ctx, s.proposalStore, p.ID, "operator")
 		require.ErrorIs(t, err, starter.ErrNotRetryable)
 		assert.Contains(t, err.Error(), "has no ledger record")
 		assert.Contains(t, err.Error(), "pruned")
@@ -391,13 +391,16 @@ func TestExecution_RetryAfterPruneDoesNotRepost(t *testing.T) {
 	run := mustDescribeRun(t, s, supportflow.ExecuteWorkflowID(p.ID))
 
 	// The prune, as if 30 days had passed: the action goes, the ticket's
-	// newest proposal stays.
+	// newest proposal stays. (The actions first, then the proposals and
+	// approvals, as the PruneLedger activity runs them.)
 	pruned, err := s.ledger.Prune(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, pruned["action"], int64(1))
+	_, err = s.proposalStore.Prune(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
 	_, err = s.ledger.Get(ctx, supportflow.ActionKey(p.ID, 0))
 	require.ErrorIs(t, err, supportflow.ErrNotFound, "the prune took the action's row")
-	_, err = s.ledger.GetProposal(ctx, p.ID)
+	_, err = s.proposalStore.GetProposal(ctx, p.ID)
 	require.NoError(t, err, "the ticket's newest proposal is kept")
 
 	// Zendesk would take the reply now: only the refusal keeps it out.
@@ -505,7 +508,7 @@ func TestExecution_RetryAndRedraftGiveOneAnswer(t *testing.T) {
 	assert.Contains(t, string(resp), "is being drafted again", "refused while the redraft is drafting")
 	redraft := redraftOf(one, p.ID)
 	assert.Empty(t, redraft.CancelSubscriptions, "the redraft knows the cancellation failed")
-	_, err := s.starter.Retry(ctx, s.ledger, p.ID, "operator")
+	_, err := s.starter.Retry(ctx, s.proposalStore, p.ID, "operator")
 	require.ErrorIs(t, err, starter.ErrNotRetryable)
 	assert.Contains(t, err.Error(), redraft.ID, "the refusal names the redraft")
 	assert.Empty(t, s.publicReplies(one), "the refused retries posted nothing")
@@ -516,7 +519,7 @@ func TestExecution_RetryAndRedraftGiveOneAnswer(t *testing.T) {
 	s.waitState(one, supportflow.DraftDone)
 	s.waitProposalState(redraft.ID, supportflow.DraftDone)
 	// Once the redraft went out, the old proposal has nothing left to say.
-	_, err = s.starter.Retry(ctx, s.ledger, p.ID, "operator")
+	_, err = s.starter.Retry(ctx, s.proposalStore, p.ID, "operator")
 	require.ErrorIs(t, err, starter.ErrNotRetryable)
 	replies := s.publicReplies(one)
 	require.Len(t, replies, 1, "exactly one answer")
@@ -543,7 +546,7 @@ func TestExecution_RetryAndRedraftGiveOneAnswer(t *testing.T) {
 	// Zendesk fails the reply until the test lets it through: the retry
 	// stays executing meanwhile.
 	s.zd.Inject(standin.Fault{Method: "PUT", Path: fmt.Sprintf("/api/v2/tickets/%d.json", two), Status: 500, Times: -1})
-	e, err := s.starter.Retry(ctx, s.ledger, old.ID, "operator")
+	e, err := s.starter.Retry(ctx, s.proposalStore, old.ID, "operator")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.ExecuteWorkflowID(old.ID), e.WorkflowID)
 	assert.Equal(t, supportflow.DraftExecuting, s.waitProposalState(old.ID, supportflow.DraftExecuting).State)
@@ -569,9 +572,9 @@ func TestExecution_RetryAndRedraftGiveOneAnswer(t *testing.T) {
 	// drafted.
 	_, err = s.starter.Approve(ctx, two, supportflow.ApproveRequest{ProposalID: second.ID, ApprovedBy: "agent"})
 	require.ErrorIs(t, err, starter.ErrAnswerConflict)
-	_, err = s.ledger.GetApproval(ctx, second.ID)
+	_, err = s.proposalStore.GetApproval(ctx, second.ID)
 	assert.ErrorIs(t, err, supportflow.ErrNotFound, "the refused approval was not recorded")
-	p2, err := s.ledger.GetProposal(ctx, second.ID)
+	p2, err := s.proposalStore.GetProposal(ctx, second.ID)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftAwaitingApproval, p2.State)
 

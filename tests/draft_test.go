@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -36,7 +36,7 @@ func (s *stack) seedTicket(body string, subs ...string) int64 {
 	s.t.Helper()
 	id := s.zd.AddTicket(standin.Ticket{ID: 10000 + ticketIDs.Add(1), Subject: "My plan", Description: body, RequesterName: "Ada"})
 	if len(subs) > 0 {
-		require.NoError(s.t, s.ledger.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
+		require.NoError(s.t, s.enrichment.PutEnrichment(context.Background(), id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: subs}))
 		for _, sub := range subs {
 			s.subs.AddSubscription(sub, "cust-1")
 		}
@@ -70,7 +70,7 @@ func (s *stack) waitState(ticket int64, state string) supportflow.DraftStatus {
 
 func (s *stack) proposals(ticket int64) int {
 	s.t.Helper()
-	n, err := s.ledger.CountProposals(context.Background(), ticket)
+	n, err := s.proposalStore.CountProposals(context.Background(), ticket)
 	require.NoError(s.t, err)
 	return n
 }
@@ -158,7 +158,7 @@ func TestDraft_SurvivesWorkerRestart(t *testing.T) {
 	assert.Equal(t, 1, s.proposals(ticket), "exactly one proposal")
 	assert.Equal(t, 2, s.model.Requests(), "the killed attempt, then the one that finished")
 	assert.Equal(t, 1, s.model.Completions())
-	p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+	p, err := s.proposalStore.GetProposal(context.Background(), st.Proposal.ID)
 	require.NoError(t, err)
 	assert.Equal(t, st.Proposal.Reply, p.Reply)
 	assert.Equal(t, supportflow.DraftAwaitingApproval, p.State)
@@ -303,7 +303,7 @@ func TestDraft_SupersedeWhileAwaitingApprovalRedrafts(t *testing.T) {
 	assert.Equal(t, first.Proposal.ID, second.Supersedes)
 	s.recordHistory(supportflow.DraftWorkflowID(ticket), firstRun.RunID, "draft_reply_superseded_continued_as_new")
 	assert.Equal(t, 1, second.Generation)
-	p, err := s.ledger.GetProposal(context.Background(), first.Proposal.ID)
+	p, err := s.proposalStore.GetProposal(context.Background(), first.Proposal.ID)
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftSuperseded, p.State)
 
@@ -325,12 +325,12 @@ func TestScan_StartsEachDraftOnce(t *testing.T) {
 	for range 3 {
 		id := s.seedTicket("Hello?")
 		eligible = append(eligible, id)
-		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
-		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
+		require.NoError(t, s.enrichment.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
+		_, err := s.mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
 		require.NoError(t, err)
 	}
 	answered := s.seedTicket("Thanks!")
-	_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: answered, Status: "open", UpdatedAt: now,
+	_, err := s.mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: answered, Status: "open", UpdatedAt: now,
 		LastCustomerCommentAt: now.Add(-time.Hour), LastAgentCommentAt: now})
 	require.NoError(t, err)
 	// Keep drafts in flight so the second scan finds them running.
@@ -418,10 +418,10 @@ func TestEvaluation_DraftsScoresAndStoresASummary(t *testing.T) {
 	assert.Equal(t, 4, st.Done)
 	assert.Zero(t, st.Failed)
 	assert.Greater(t, st.MeanScore, 0.0)
-	summary, err := s.ledger.GetEvalSummary(ctx, runID)
+	summary, err := s.evals.GetSummary(ctx, runID)
 	require.NoError(t, err)
 	assert.InDelta(t, st.MeanScore, summary.MeanScore, 1e-9)
-	results, err := s.ledger.EvalResults(ctx, runID)
+	results, err := s.evals.Results(ctx, runID)
 	require.NoError(t, err)
 	assert.Len(t, results, 4)
 	assert.Equal(t, 4, s.model.Requests())
@@ -445,7 +445,7 @@ func TestDraft_ReplySetsTheConfiguredStatusAndTags(t *testing.T) {
 	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
 	require.NotNil(t, st.Proposal.UpdateTicket)
 	assert.Equal(t, supportflow.TicketUpdate{Status: "pending", Tags: []string{"supportflow", "ai_replied"}}, *st.Proposal.UpdateTicket)
-	stored, err := s.ledger.GetProposal(ctxT(t), st.Proposal.ID)
+	stored, err := s.proposalStore.GetProposal(ctxT(t), st.Proposal.ID)
 	require.NoError(t, err)
 	assert.Equal(t, st.Proposal.UpdateTicket, stored.UpdateTicket, "saved with the proposal")
 
@@ -510,10 +510,10 @@ func TestDraft_CancelledWhileAwaitingApproval(t *testing.T) {
 	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
 	require.NoError(t, s.temporal.CancelWorkflow(ctxT(t), supportflow.DraftWorkflowID(ticket), ""))
 	require.Eventually(t, func() bool {
-		p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+		p, err := s.proposalStore.GetProposal(context.Background(), st.Proposal.ID)
 		return err == nil && p.State == supportflow.DraftRejected
 	}, waitBudget, 50*time.Millisecond, "the proposal is recorded rejected")
-	p, err := s.ledger.GetProposal(context.Background(), st.Proposal.ID)
+	p, err := s.proposalStore.GetProposal(context.Background(), st.Proposal.ID)
 	require.NoError(t, err)
 	assert.Contains(t, p.Error, "cancelled")
 	_, err = s.starter.Approve(ctxT(t), ticket, supportflow.ApproveRequest{ProposalID: st.Proposal.ID, ApprovedBy: "tests"})

@@ -34,6 +34,10 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/codec"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/eval"
+	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/temporalconn"
 	"github.com/supportflow/supportflow/internal/testenv"
@@ -158,6 +162,13 @@ type stack struct {
 	temporal  client.Client
 	starter   *starter.Starter
 	taskQueue string
+	// The other stores on the ledger's database and account: the
+	// proposals and approvals, the ticket mirror, the enrichment
+	// projection and the evaluation results.
+	proposalStore *proposals.Store
+	mirror        *ingest.Store
+	enrichment    *enrichment.Store
+	evals         *eval.Store
 	// failures reads failures in histories (their messages are sealed).
 	failures converter.FailureConverter
 	// payloadKeys is the workers' SUPPORTFLOW_PAYLOAD_KEYS (keysA unless a
@@ -220,6 +231,10 @@ func newStackOn(t *testing.T, conn *temporalconn.Settings, env []string) *stack 
 	t.Cleanup(func() { s.subsSrv.Close() })
 	// The worker keys its ledger by the Zendesk URL's host.
 	s.ledger = ledger.New(s.pool, zdHost(s.zdSrv.URL()))
+	s.proposalStore = proposals.New(s.pool, s.ledger.Account())
+	s.mirror = ingest.NewStore(s.pool, s.ledger.Account())
+	s.enrichment = enrichment.NewStore(s.pool, s.ledger.Account())
+	s.evals = eval.NewStore(s.pool, s.ledger.Account())
 
 	var dc converter.DataConverter
 	if conn == nil {
@@ -235,7 +250,7 @@ func newStackOn(t *testing.T, conn *temporalconn.Settings, env []string) *stack 
 	// timer) is terminated, so a long-lived server carries nothing of this
 	// run into the next.
 	t.Cleanup(func() { s.terminateLeftovers() })
-	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.ledger, Approvals: s.ledger, Converter: dc}
+	s.starter = &starter.Starter{Client: s.temporal, TaskQueue: s.taskQueue, Proposals: s.proposalStore, Approvals: s.proposalStore, Converter: dc}
 	t.Cleanup(func() {
 		s.stopWorker()
 		if t.Failed() {
@@ -462,10 +477,10 @@ func (s *stack) own(ticket int64, customer string, subs ...string) {
 	if requester == 0 {
 		requester = standin.DefaultRequesterID
 	}
-	_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticket, Subject: zt.Subject, Status: "open",
+	_, err := s.mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: ticket, Subject: zt.Subject, Status: "open",
 		RequesterID: requester, UpdatedAt: time.Now()})
 	require.NoError(s.t, err)
-	require.NoError(s.t, s.ledger.PutEnrichment(ctx, ticket, requester, supportflow.Enrichment{CustomerID: customer, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
+	require.NoError(s.t, s.enrichment.PutEnrichment(ctx, ticket, requester, supportflow.Enrichment{CustomerID: customer, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
 	for _, sub := range subs {
 		s.subs.AddSubscription(sub, customer)
 	}

@@ -55,7 +55,7 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 	}
 	created := deliver("ticket_created.json")
 	assert.Equal(t, api.WebhookAccepted{EventID: "cbe4028c-7239-495d-b020-f22348516046", TicketID: 5158, Mirrored: true}, created)
-	m, err := s.ledger.GetTicketMirror(ctxT(t), 5158)
+	m, err := s.mirror.GetTicketMirror(ctxT(t), 5158)
 	require.NoError(t, err)
 	assert.Equal(t, "open", m.Status)
 	assert.Equal(t, "ticketinfo_2294a6e9ece2", m.Subject)
@@ -65,14 +65,14 @@ func TestIngestion_EventWebhooksAsZendeskSendsThem(t *testing.T) {
 
 	changed := deliver("ticket_status_changed.json")
 	assert.True(t, changed.Mirrored)
-	m, err = s.ledger.GetTicketMirror(ctxT(t), 5158)
+	m, err = s.mirror.GetTicketMirror(ctxT(t), 5158)
 	require.NoError(t, err)
 	assert.Equal(t, "solved", m.Status)
 
 	comment := deliver("ticket_comment_added.json")
 	assert.True(t, comment.Mirrored)
 	assert.False(t, comment.CustomerActivity, "a private comment is not the customer speaking")
-	m, err = s.ledger.GetTicketMirror(ctxT(t), 71447)
+	m, err = s.mirror.GetTicketMirror(ctxT(t), 71447)
 	require.NoError(t, err)
 	assert.Equal(t, "open", m.Status)
 	assert.True(t, m.LastCustomerCommentAt.IsZero() && m.LastAgentCommentAt.IsZero(), "private comments do not count: %+v", m)
@@ -150,7 +150,7 @@ func TestIngestion_DuplicatedReorderedAndLostAnswers(t *testing.T) {
 
 	for _, id := range ids {
 		assert.Equal(t, 3, s.count(`SELECT count(*) FROM ticket_event WHERE ticket_id = $1`, id), "created, comment_added, status_changed: once each")
-		m, err := s.ledger.GetTicketMirror(ctxT(t), id)
+		m, err := s.mirror.GetTicketMirror(ctxT(t), id)
 		require.NoError(t, err)
 		zt, _ := s.zd.Ticket(id)
 		assert.Equal(t, "open", m.Status, "the late created event did not roll the ticket back")
@@ -339,7 +339,7 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	assert.Greater(t, repaired, 0, "the reconciler repaired lost deliveries")
 
 	for i, id := range ids {
-		m, err := s.ledger.GetTicketMirror(ctxT(t), id)
+		m, err := s.mirror.GetTicketMirror(ctxT(t), id)
 		require.NoError(t, err, "ticket %d is mirrored", id)
 		zt, _ := s.zd.Ticket(id)
 		assert.Equal(t, zt.RequesterID, m.RequesterID)

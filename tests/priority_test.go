@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/standin"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // A scan has filled the Zendesk queue with its drafts' ticket reads, and a
@@ -45,8 +45,8 @@ func TestPriority_ApprovedReplyOvertakesAScan(t *testing.T) {
 		id := s.seedTicket("Hello?")
 		scanned[fmt.Sprint(id)] = true
 		draftIDs = append(draftIDs, supportflow.DraftWorkflowID(id))
-		require.NoError(t, s.ledger.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
-		_, err := s.ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
+		require.NoError(t, s.enrichment.PutEnrichment(ctx, id, standin.DefaultRequesterID, supportflow.Enrichment{CustomerID: "c"}))
+		_, err := s.mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: id, Status: "open", UpdatedAt: now, LastCustomerCommentAt: now})
 		require.NoError(t, err)
 	}
 	answer := s.zd.AddTicket(standin.Ticket{Subject: "Where is my refund?"})

@@ -29,7 +29,7 @@ func TestStarter_RejectNoDraftAndBadInput(t *testing.T) {
 	// The draft's state changes first (so no approval can slip in), then
 	// the proposal row follows.
 	require.Eventually(t, func() bool {
-		p, err := s.ledger.GetProposal(ctx, st.Proposal.ID)
+		p, err := s.proposalStore.GetProposal(ctx, st.Proposal.ID)
 		return err == nil && p.State == supportflow.DraftRejected && p.DecidedBy == "bo"
 	}, 10*time.Second, 20*time.Millisecond)
 	s.recordHistory(supportflow.DraftWorkflowID(ticket), "", "draft_reply_rejected")

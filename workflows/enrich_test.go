@@ -74,7 +74,7 @@ func TestEnrichTicket_NewTicketBurstMakesOneLookupAt10Minutes(t *testing.T) {
 	assert.InDelta(t, float64(10*time.Minute), float64(l.at[0].Sub(start)), float64(time.Second))
 	assert.Equal(t, supportflow.EnrichEnriched, st.State)
 	assert.True(t, st.Found)
-	e, found, err := w.h.Ledger.GetEnrichment(context.Background(), 7, requester)
+	e, found, err := w.h.Enrichment.Store.GetEnrichment(context.Background(), 7, requester)
 	require.NoError(t, err)
 	require.True(t, found)
 	assert.Equal(t, int64(12), e.LifetimeOrders)

@@ -45,7 +45,7 @@ func TestEvaluateDrafts_ScoresEachTicketAndStoresASummary(t *testing.T) {
 	assert.Equal(t, 1, st.Failed)
 	assert.True(t, st.Finished)
 
-	results, err := w.h.Ledger.EvalResults(context.Background(), "run-1")
+	results, err := w.h.Evals.Results(context.Background(), "run-1")
 	require.NoError(t, err)
 	require.Len(t, results, 4)
 	var sum float64
@@ -63,7 +63,7 @@ func TestEvaluateDrafts_ScoresEachTicketAndStoresASummary(t *testing.T) {
 		sum += *r.Score
 	}
 	assert.InDelta(t, sum/3, st.MeanScore, 1e-9)
-	summary, err := w.h.Ledger.GetEvalSummary(context.Background(), "run-1")
+	summary, err := w.h.Evals.GetSummary(context.Background(), "run-1")
 	require.NoError(t, err)
 	assert.Equal(t, st.Total, summary.Total)
 	assert.Equal(t, st.Failed, summary.Failed)

@@ -388,7 +388,7 @@ func TestExecuteProposal_PermanentlyFailingCancellationNeedsAttention(t *testing
 	// sub-gone is unknown to the service: a 404, which cannot succeed later.
 	// The requester's customer data still lists it, so it is theirs to
 	// cancel, and the cancellation is sent.
-	require.NoError(t, r.Ledger.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
+	require.NoError(t, r.Enrichment.Store.PutEnrichment(context.Background(), ticket, standin.DefaultRequesterID,
 		supportflow.Enrichment{CustomerID: "cust-1", ActiveSubscriptions: []string{"sub-gone", "sub-ok"}}))
 	p := supportflow.Proposal{ID: "p-partial", Actions: []supportflow.Action{
 		{TicketID: ticket, Comment: &supportflow.Comment{Body: "Both cancelled.", Public: true}, CancelSubscriptions: []string{"sub-gone", "sub-ok"}},

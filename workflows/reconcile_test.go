@@ -34,7 +34,7 @@ func TestReconcileTickets_RepairsOnceUnderItsDeadline(t *testing.T) {
 	require.NoError(t, w.env.GetWorkflowResult(&res))
 	assert.Equal(t, []int64{ticket}, res.RepairedTickets)
 	assert.True(t, res.CaughtUp)
-	m, err := w.h.Ledger.GetTicketMirror(context.Background(), ticket)
+	m, err := w.h.Ingest.GetTicketMirror(context.Background(), ticket)
 	require.NoError(t, err)
 	assert.Equal(t, int64(4242), m.RequesterID)
 	assert.False(t, m.LastCustomerCommentAt.IsZero())

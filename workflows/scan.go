@@ -14,7 +14,7 @@ import (
 )
 
 // ScanTickets starts a DraftReply for each mirrored ticket that needs one
-// (ledger.DraftCandidates: open, the customer spoke last, no proposal has
+// (proposals.Store.DraftCandidates: open, the customer spoke last, no proposal has
 // seen that comment). Drafts are started as abandoned children with the
 // draft's own workflow ID, so a ticket whose draft is running (started by
 // a click or an earlier scan) is left alone: running the scan twice starts

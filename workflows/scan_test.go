@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/internal/ingest"
 )
 
 // The scan starts one draft per eligible ticket and none for the others:
@@ -25,7 +25,7 @@ func TestScanTickets_StartsOneDraftPerEligibleTicket(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Second)
 	mirror := func(id int64, status string, customer, agent time.Time) {
-		_, err := w.h.Ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{
+		_, err := w.h.Ingest.UpsertTicketMirror(ctx, ingest.TicketMirror{
 			TicketID: id, Subject: "s", Status: status, UpdatedAt: now,
 			LastCustomerCommentAt: customer, LastAgentCommentAt: agent,
 		})
@@ -33,16 +33,16 @@ func TestScanTickets_StartsOneDraftPerEligibleTicket(t *testing.T) {
 	}
 	mirror(1, "open", now.Add(-time.Hour), now.Add(-2*time.Hour)) // eligible: customer spoke last
 	mirror(2, "new", now.Add(-time.Minute), time.Time{})          // eligible: never answered, enriched
-	require.NoError(t, w.h.Ledger.PutEnrichment(ctx, 2, 902, supportflow.Enrichment{CustomerID: "c-2"}))
+	require.NoError(t, w.h.Enrichment.Store.PutEnrichment(ctx, 2, 902, supportflow.Enrichment{CustomerID: "c-2"}))
 	mirror(10, "open", now.Add(-time.Minute), time.Time{})        // just written, not enriched yet: waits
 	mirror(3, "solved", now.Add(-time.Hour), time.Time{})         // closed
 	mirror(4, "open", now.Add(-2*time.Hour), now.Add(-time.Hour)) // agent spoke last
 	mirror(5, "open", now.Add(-time.Hour), time.Time{})           // already drafted since
 	mirror(6, "open", time.Time{}, time.Time{})                   // no customer comment
-	_, err := w.h.Ledger.SaveProposal(ctx, supportflow.DraftProposal{ID: "p-5", TicketID: 5, Reply: "r", ConversationThrough: now.Add(-time.Hour)})
+	_, err := w.h.Proposals.SaveProposal(ctx, supportflow.DraftProposal{ID: "p-5", TicketID: 5, Reply: "r", ConversationThrough: now.Add(-time.Hour)})
 	require.NoError(t, err)
 	// An older proposal does not count: ticket 1's customer wrote after it.
-	_, err = w.h.Ledger.SaveProposal(ctx, supportflow.DraftProposal{ID: "p-1-old", TicketID: 1, Reply: "r", ConversationThrough: now.Add(-3 * time.Hour)})
+	_, err = w.h.Proposals.SaveProposal(ctx, supportflow.DraftProposal{ID: "p-1-old", TicketID: 1, Reply: "r", ConversationThrough: now.Add(-3 * time.Hour)})
 	require.NoError(t, err)
 
 	var mu sync.Mutex

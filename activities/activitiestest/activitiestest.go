@@ -18,9 +18,11 @@ import (
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/testenv"
@@ -54,7 +56,14 @@ type Harness struct {
 	// on the same database and the Zendesk stand-in.
 	Reconciler *ingest.Reconciler
 	Pool       *pgxpool.Pool
-	Ledger     *ledger.Ledger
+	// The stores on the same database, for Account: the action ledger,
+	// the proposals and approvals, the ticket mirror (and events) and the
+	// evaluation results; the enrichment projection's is Enrichment.Store.
+	// Each is the one writer of its tables.
+	Ledger    *ledger.Ledger
+	Proposals *proposals.Store
+	Ingest    *ingest.Store
+	Evals     *eval.Store
 }
 
 // New returns activities with durations d (zero fields: the product's
@@ -87,12 +96,16 @@ func New(t testing.TB, d policy.Durations) *Harness {
 	mc, err := model.New(model.Config{BaseURL: msrv.URL + "/v1", APIKey: modelKey, Model: "standin-model"})
 	require.NoError(t, err)
 	h.Ledger = ledger.New(pool, Account)
-	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Model: mc, Ledger: h.Ledger, Durations: d.Fill()}
+	h.Proposals = proposals.New(pool, Account)
+	h.Ingest = ingest.NewStore(pool, Account)
+	h.Evals = eval.NewStore(pool, Account)
 	bq, err := bqlookup.New(context.Background(), bqlookup.Config{Endpoint: bsrv.URL + "/bigquery/v2/", ProjectID: BigQueryProject, Dataset: BigQueryDataset})
 	require.NoError(t, err)
 	t.Cleanup(func() { bq.Close() })
 	h.Enrichment = workerapp.EnrichmentActivities(config.Worker{Account: Account, Durations: d}, pool, bq, nil)
-	h.Reconciler = &ingest.Reconciler{Store: ingest.NewStore(pool, h.Ledger, Account), Ledger: h.Ledger, Export: zc,
+	h.Activities = &activities.Activities{Zendesk: zc, Subscriptions: sc, Model: mc, Ledger: h.Ledger, Proposals: h.Proposals,
+		Enrichment: h.Enrichment.Store, Evals: h.Evals, Durations: d.Fill()}
+	h.Reconciler = &ingest.Reconciler{Store: h.Ingest, Export: zc,
 		Retention: d.Fill().Retention, RequestsPerMinute: 600}
 	return h
 }
@@ -102,11 +115,11 @@ const Approver = "tests"
 
 // Approve records an approval of p by Approver, as the starter does for a
 // proposal an app composed (ExecuteProposal): every leg of an execution
-// checks it (ledger.CheckApproval) before its first write. Approving p
-// again with the same content is a no-op.
+// checks it (proposals.Store.CheckApproval) before its first write.
+// Approving p again with the same content is a no-op.
 func (h *Harness) Approve(t testing.TB, p supportflow.Proposal) {
 	t.Helper()
-	_, err := h.Ledger.RecordApproval(context.Background(), p, Approver, "", false)
+	_, err := h.Proposals.RecordApproval(context.Background(), p, Approver, "", false)
 	require.NoError(t, err)
 }
 
@@ -129,9 +142,9 @@ func (h *Harness) ApproveDraft(t testing.TB, proposalID, by string) {
 	if by == "" {
 		by = Approver
 	}
-	p, err := h.Ledger.GetProposal(context.Background(), proposalID)
+	p, err := h.Proposals.GetProposal(context.Background(), proposalID)
 	require.NoError(t, err)
-	_, err = h.Ledger.RecordApproval(context.Background(), p.DraftProposal.Proposal(), by, "", true)
+	_, err = h.Proposals.RecordApproval(context.Background(), p.DraftProposal.Proposal(), by, "", true)
 	require.NoError(t, err)
 }
 
@@ -149,10 +162,10 @@ func (h *Harness) Own(t testing.TB, ticketID, requesterID int64, customerID stri
 		h.Zendesk.AddTicket(standin.Ticket{ID: ticketID, Subject: "Plan", Description: "Please cancel", RequesterID: requesterID})
 	}
 	require.True(t, h.Zendesk.SetRequester(ticketID, requesterID))
-	_, err := h.Ledger.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: ticketID, Status: "open",
+	_, err := h.Ingest.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: ticketID, Status: "open",
 		RequesterID: requesterID, UpdatedAt: time.Now()})
 	require.NoError(t, err)
-	require.NoError(t, h.Ledger.PutEnrichment(ctx, ticketID, requesterID,
+	require.NoError(t, h.Enrichment.Store.PutEnrichment(ctx, ticketID, requesterID,
 		supportflow.Enrichment{CustomerID: customerID, ActiveSubscriptions: subs, LookedUpAt: time.Now()}))
 	for _, sub := range subs {
 		h.Subscriptions.AddSubscription(sub, customerID)

@@ -44,6 +44,7 @@ import (
 
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
@@ -127,6 +128,7 @@ type Server struct {
 	tokenSums [][32]byte
 	starter   *starter.Starter
 	ledger    *ledger.Ledger
+	proposals *proposals.Store
 	pool      *pgxpool.Pool
 	temporal  client.Client
 	log       *slog.Logger
@@ -167,7 +169,8 @@ func (s *Server) RunRelay(ctx context.Context) {
 var ErrConfig = errors.New("api: configuration")
 
 // New builds the server. It refuses a configuration without tokens or a
-// webhook secret rather than serving unauthenticated.
+// webhook secret rather than serving unauthenticated. The proposals and
+// the ticket mirror and events are kept on pool, for l's account.
 func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, c client.Client, logger *slog.Logger) (*Server, error) {
 	if len(cfg.Tokens) == 0 {
 		return nil, fmt.Errorf("%w: at least one API token is required", ErrConfig)
@@ -219,7 +222,8 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	}
 	s := &Server{cfg: cfg, starter: st, ledger: l, pool: pool, temporal: c, log: logger, now: time.Now, mux: http.NewServeMux(), closing: make(chan struct{}),
 		streams: map[string]int{}}
-	s.ingest = ingest.NewStore(pool, l, l.Account())
+	s.proposals = proposals.New(pool, l.Account())
+	s.ingest = ingest.NewStore(pool, l.Account())
 	s.relay = ingest.NewRelay(s.ingest, st, logger)
 	s.relay.Interval = cfg.RelayInterval
 	if err := CheckTokens(cfg.Tokens); err != nil {

@@ -47,7 +47,7 @@ func (s *Server) startDraft(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "invalid-reason", "Invalid reason", "reason must be at most 64 characters")
 		return
 	}
-	if _, err := s.ledger.GetTicketMirror(r.Context(), id); err != nil {
+	if _, err := s.ingest.GetTicketMirror(r.Context(), id); err != nil {
 		if errors.Is(err, supportflow.ErrNotFound) {
 			problem(w, http.StatusNotFound, "unknown-ticket", "Unknown ticket", fmt.Sprintf("ticket %d is not known to supportflow (Zendesk's webhook has not reported it)", id))
 			return
@@ -283,7 +283,7 @@ func (s *Server) proposal(w http.ResponseWriter, r *http.Request) (supportflow.P
 		problem(w, http.StatusBadRequest, "invalid-proposal-id", "Invalid proposal id", err.Error())
 		return supportflow.ProposalRecord{}, false
 	}
-	p, err := s.ledger.GetProposal(r.Context(), id)
+	p, err := s.proposals.GetProposal(r.Context(), id)
 	if errors.Is(err, supportflow.ErrNotFound) {
 		problem(w, http.StatusNotFound, "unknown-proposal", "Unknown proposal", fmt.Sprintf("proposal %s does not exist", id))
 		return p, false
@@ -373,7 +373,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := caller(r).name
-	e, err := s.starter.Retry(r.Context(), s.ledger, p.ID, by)
+	e, err := s.starter.Retry(r.Context(), s.proposals, p.ID, by)
 	if err != nil {
 		if errors.Is(err, starter.ErrNotRetryable) || errors.Is(err, supportflow.ErrInvalidInput) {
 			problem(w, http.StatusConflict, "nothing-to-retry", "Nothing to retry", err.Error())

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/codec"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/ledger"

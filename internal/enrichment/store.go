@@ -1,10 +1,13 @@
 // Package enrichment is the shadow-mode code path of ticket enrichment: the
 // BigQuery lookup activity and the writes to supportflow's own enrichment
 // tables (ticket_enrichment, enrichment_run, lookup_log,
-// enrichment_dead_letter). It writes nothing else: it does not import the
-// Zendesk client or the action ledger, and a test fails the build if it
-// ever does (import_test.go). Live mode's note on the ticket is a separate
-// activity the workflow runs through the action ledger.
+// enrichment_dead_letter), of which it is the only writer; the drafts and
+// the cancellations' ownership check read a ticket's enrichment here
+// (GetEnrichment). It writes nothing else: it does not import the Zendesk
+// client or the action ledger, and a test fails if it ever does
+// (TestShadowPathImportsAndWritesOnlyItsOwn). Live mode's note on the
+// ticket is a separate activity the workflow runs through the action
+// ledger.
 package enrichment
 
 import (
@@ -16,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 )
 
@@ -116,7 +120,7 @@ FROM lookup_log WHERE account = $1 AND ticket_id = $2 ORDER BY id`, s.account, t
 // and the resolution of a dead letter the ticket may have. It returns the
 // run's ID. The projection records requesterID, the requester looked up:
 // readers take a ticket's enrichment only for its current requester
-// (ledger.GetEnrichment), so a lookup that finds nothing for a new
+// (GetEnrichment), so a lookup that finds nothing for a new
 // requester leaves the previous requester's row unread.
 func (s *Store) Record(ctx context.Context, ticketID, requesterID int64, r bqlookup.Result) (int64, error) {
 	var runID int64
@@ -153,6 +157,59 @@ WHERE account = $1 AND ticket_id = $2 AND resolved_at IS NULL`, s.account, ticke
 		return 0, fmt.Errorf("enrichment: record lookup of ticket %d: %w", ticketID, err)
 	}
 	return runID, nil
+}
+
+// GetEnrichment reads the enrichment of a ticket's requester. found is
+// false when the ticket has none yet, and when the stored one was looked up
+// for another requester (or for one not recorded, a row from before
+// requesters were stored): a requester change drops what was known, so the
+// previous requester's subscriptions never reach a prompt or a
+// cancellation. A requesterID that is not positive (unknown) matches
+// nothing.
+func (s *Store) GetEnrichment(ctx context.Context, ticketID, requesterID int64) (e supportflow.Enrichment, found bool, err error) {
+	if requesterID <= 0 {
+		return supportflow.Enrichment{}, false, nil
+	}
+	err = s.db.QueryRow(ctx, `
+SELECT customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at
+FROM ticket_enrichment WHERE account = $1 AND ticket_id = $2 AND requester_id = $3`, s.account, ticketID, requesterID).Scan(
+		&e.CustomerID, &e.CustomerEmail, &e.LifetimeOrders, &e.ActiveSubscriptions, &e.LookedUpAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return supportflow.Enrichment{}, false, nil
+	}
+	if err != nil {
+		return supportflow.Enrichment{}, false, fmt.Errorf("enrichment: enrichment of ticket %d: %w", ticketID, err)
+	}
+	return e, true, nil
+}
+
+// PutEnrichment writes the enrichment of a ticket's requester, replacing
+// whatever the ticket had, as Record does for a lookup that found the
+// customer but without a recorded run (run_id stays as it was): tests and
+// the local run seed the projection with it. A requesterID that is not
+// positive is supportflow.ErrInvalidInput: data of an unknown requester
+// could never be read back.
+func (s *Store) PutEnrichment(ctx context.Context, ticketID, requesterID int64, e supportflow.Enrichment) error {
+	if requesterID <= 0 {
+		return fmt.Errorf("%w: enrichment of ticket %d needs its requester, got %d", supportflow.ErrInvalidInput, ticketID, requesterID)
+	}
+	subs := e.ActiveSubscriptions
+	if subs == nil {
+		subs = []string{}
+	}
+	_, err := s.db.Exec(ctx, `
+INSERT INTO ticket_enrichment (account, ticket_id, requester_id, customer_id, customer_email, lifetime_orders, active_subscriptions, looked_up_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+ON CONFLICT (account, ticket_id) DO UPDATE
+SET requester_id = excluded.requester_id,
+    customer_id = excluded.customer_id, customer_email = excluded.customer_email,
+    lifetime_orders = excluded.lifetime_orders, active_subscriptions = excluded.active_subscriptions,
+    looked_up_at = excluded.looked_up_at`,
+		s.account, ticketID, requesterID, e.CustomerID, e.CustomerEmail, e.LifetimeOrders, subs)
+	if err != nil {
+		return fmt.Errorf("enrichment: put enrichment of ticket %d: %w", ticketID, err)
+	}
+	return nil
 }
 
 // Run is one recorded lookup.

@@ -18,7 +18,6 @@ import (
 	"github.com/supportflow/supportflow/internal/heartbeat"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
-	"github.com/supportflow/supportflow/ledger"
 )
 
 // Exporter is what the reconciler reads from Zendesk.
@@ -31,7 +30,6 @@ type Exporter interface {
 // Reconciler holds the reconciliation activity and its clients.
 type Reconciler struct {
 	Store  *Store
-	Ledger *ledger.Ledger
 	Export Exporter
 	// RequestsPerMinute paces export requests; Zendesk allows 10 a minute
 	// for the account's incremental exports. 0 means 10.
@@ -299,8 +297,8 @@ func (a *activityOf) add(ev zendeskclient.TicketEventRow, me int64) {
 // repairTicket mirrors an exported ticket; news (a ticket the mirror
 // lacks or holds older) is recorded as a ticket event.
 func (r *Reconciler) repairTicket(ctx context.Context, t zendeskclient.ExportedTicket, own bool) (Recorded, error) {
-	m := ledger.TicketMirror{TicketID: t.ID, Subject: t.Subject, Status: strings.ToLower(t.Status), RequesterID: t.RequesterID, UpdatedAt: t.UpdatedAt}
-	rowFor := func(mc ledger.MirrorChange) row {
+	m := TicketMirror{TicketID: t.ID, Subject: t.Subject, Status: strings.ToLower(t.Status), RequesterID: t.RequesterID, UpdatedAt: t.UpdatedAt}
+	rowFor := func(mc MirrorChange) row {
 		// A ticket new to the mirror and barely touched since it was
 		// created is a new ticket to its enrichment.
 		if mc.Created && t.UpdatedAt.Sub(t.CreatedAt) < time.Minute {
@@ -308,18 +306,18 @@ func (r *Reconciler) repairTicket(ctx context.Context, t zendeskclient.ExportedT
 		}
 		return row{eventType: "reconcile.ticket", source: SourceReconcile, kind: supportflow.TicketUpdated, at: t.UpdatedAt, own: own}
 	}
-	return r.recordIfNews(ctx, reconcileEventID(t.ID, "ticket", t.UpdatedAt), t.ID, t.RequesterID, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
-		mc, err := r.Ledger.ApplyTicketMirrorTx(ctx, tx, m)
+	return r.recordIfNews(ctx, reconcileEventID(t.ID, "ticket", t.UpdatedAt), t.ID, t.RequesterID, rowFor, func(tx pgx.Tx) (MirrorChange, error) {
+		mc, err := r.Store.ApplyTicketMirrorTx(ctx, tx, m)
 		mc.CustomerNews = false // comments are the event export's to judge
 		return mc, err
-	}, func(mc ledger.MirrorChange) bool { return mc.Changed })
+	}, func(mc MirrorChange) bool { return mc.Changed })
 }
 
 // repairComments moves the mirror's comment times forward to what the
 // event export shows; a newer customer comment is customer activity.
 func (r *Reconciler) repairComments(ctx context.Context, ticketID int64, a *activityOf) (Recorded, error) {
 	var requester int64
-	if m, err := r.Ledger.GetTicketMirror(ctx, ticketID); err == nil {
+	if m, err := r.Store.GetTicketMirror(ctx, ticketID); err == nil {
 		requester = m.RequesterID
 	}
 	if requester == 0 {
@@ -345,21 +343,21 @@ func (r *Reconciler) repairComments(ctx context.Context, ticketID int64, a *acti
 		return Recorded{}, nil
 	}
 	own := a.ownOnly
-	rowFor := func(ledger.MirrorChange) row {
+	rowFor := func(MirrorChange) row {
 		return row{eventType: "reconcile.comment", source: SourceReconcile, kind: supportflow.TicketUpdated, at: newest, own: own}
 	}
-	return r.recordIfNews(ctx, reconcileEventID(ticketID, "comment", newest), ticketID, requester, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
-		return r.Ledger.AdvanceCommentsTx(ctx, tx, ticketID, a.customerAt, a.agentAt)
-	}, func(mc ledger.MirrorChange) bool { return mc.CommentNews })
+	return r.recordIfNews(ctx, reconcileEventID(ticketID, "comment", newest), ticketID, requester, rowFor, func(tx pgx.Tx) (MirrorChange, error) {
+		return r.Store.AdvanceCommentsTx(ctx, tx, ticketID, a.customerAt, a.agentAt)
+	}, func(mc MirrorChange) bool { return mc.CommentNews })
 }
 
 // recordIfNews applies a mirror change and, when news says it was news,
 // records its ticket event (eventID) in the same transaction; otherwise the
 // transaction is rolled back and no event is recorded.
-func (r *Reconciler) recordIfNews(ctx context.Context, eventID string, ticketID, requesterID int64, rowFor func(ledger.MirrorChange) row,
-	mirror func(pgx.Tx) (ledger.MirrorChange, error), news func(ledger.MirrorChange) bool) (Recorded, error) {
-	var change ledger.MirrorChange
-	rec, err := r.Store.record(ctx, eventID, rowFor, func(tx pgx.Tx) (ledger.MirrorChange, error) {
+func (r *Reconciler) recordIfNews(ctx context.Context, eventID string, ticketID, requesterID int64, rowFor func(MirrorChange) row,
+	mirror func(pgx.Tx) (MirrorChange, error), news func(MirrorChange) bool) (Recorded, error) {
+	var change MirrorChange
+	rec, err := r.Store.record(ctx, eventID, rowFor, func(tx pgx.Tx) (MirrorChange, error) {
 		mc, err := mirror(tx)
 		change = mc
 		if err == nil && !news(mc) {

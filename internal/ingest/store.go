@@ -15,19 +15,23 @@ import (
 	"github.com/supportflow/supportflow/ledger"
 )
 
-// Store keeps ticket events, the reconciler's export cursor and its runs
-// for one account. The mirror itself is the ledger's (its writer shares
-// the per-ticket advisory lock with action reservation).
+// Store keeps the ticket mirror (mirror.go), ticket events, the
+// reconciler's export cursor and its runs for one account. Its mirror
+// writes share the per-ticket advisory lock with action reservation
+// (ledger.TicketLockKey).
 type Store struct {
 	db      ledger.DB
-	ledger  *ledger.Ledger
 	account string
 }
 
 // NewStore returns the account's store on db (the same kind of handle
-// the ledger takes); l must be keyed by the same account.
-func NewStore(db ledger.DB, l *ledger.Ledger, account string) *Store {
-	return &Store{db: db, ledger: l, account: account}
+// the ledger takes), for the ledger's account. An empty account is a
+// programming error and panics.
+func NewStore(db ledger.DB, account string) *Store {
+	if account == "" {
+		panic("ingest: empty account")
+	}
+	return &Store{db: db, account: account}
 }
 
 // Source of a ticket event row.
@@ -41,7 +45,7 @@ type Recorded struct {
 	// Duplicate is true when the event ID was already recorded: nothing
 	// was written.
 	Duplicate bool
-	Mirror    ledger.MirrorChange
+	Mirror    MirrorChange
 	// Own is true when supportflow's own API user caused the event.
 	Own bool
 	// Dispatch is true when the event is queued for Temporal (enrichment,
@@ -56,7 +60,7 @@ type Recorded struct {
 // ownUserID is supportflow's Zendesk API user (0: unknown, nothing is
 // treated as its own).
 func (s *Store) RecordWebhook(ctx context.Context, c TicketChange, ownUserID int64) (Recorded, error) {
-	m := ledger.TicketMirror{TicketID: c.TicketID, Subject: c.Subject, Status: c.Status, RequesterID: c.RequesterID, UpdatedAt: c.UpdatedAt}
+	m := TicketMirror{TicketID: c.TicketID, Subject: c.Subject, Status: c.Status, RequesterID: c.RequesterID, UpdatedAt: c.UpdatedAt}
 	if cm := c.Comment; cm != nil && cm.Public {
 		if cm.AuthorID != 0 && cm.AuthorID == c.RequesterID {
 			m.LastCustomerCommentAt = cm.At
@@ -75,8 +79,8 @@ func (s *Store) RecordWebhook(ctx context.Context, c TicketChange, ownUserID int
 		}
 	}
 	r := row{eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: c.ActorID, own: own}
-	return s.record(ctx, c.EventID, func(ledger.MirrorChange) row { return r }, func(tx pgx.Tx) (ledger.MirrorChange, error) {
-		return s.ledger.ApplyTicketMirrorTx(ctx, tx, m)
+	return s.record(ctx, c.EventID, func(MirrorChange) row { return r }, func(tx pgx.Tx) (MirrorChange, error) {
+		return s.ApplyTicketMirrorTx(ctx, tx, m)
 	}, c.TicketID, c.RequesterID)
 }
 
@@ -91,7 +95,7 @@ type row struct {
 // record runs mirror inside a transaction and records event eventID with
 // the row that rowFor derives from the mirror's change. The ID is checked
 // first, so a known event changes nothing.
-func (s *Store) record(ctx context.Context, eventID string, rowFor func(ledger.MirrorChange) row, mirror func(pgx.Tx) (ledger.MirrorChange, error), ticketID, requesterID int64) (Recorded, error) {
+func (s *Store) record(ctx context.Context, eventID string, rowFor func(MirrorChange) row, mirror func(pgx.Tx) (MirrorChange, error), ticketID, requesterID int64) (Recorded, error) {
 	var rec Recorded
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var exists bool

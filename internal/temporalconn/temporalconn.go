@@ -26,6 +26,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/supportflow/supportflow/codec"
 )
 
 // The environment variables, as Temporal's environment configuration names
@@ -201,6 +204,21 @@ func caVarName(path string) string {
 		return EnvServerCACertPath
 	}
 	return EnvServerCACertData
+}
+
+// ClientOptions is the one way supportflow's processes build the options
+// of a Temporal client: the connection (address, namespace, TLS,
+// credentials), payloads sealed with keys and opened with them (payloads
+// that are not sealed refused unless opts admit them: codec.Apply), and
+// the SDK's log lines sent to logger. The worker adds its telemetry on top
+// (workerapp.ClientOptions).
+func (s Settings) ClientOptions(logger log.Logger, keys *codec.Keyring, opts ...codec.Option) (client.Options, error) {
+	o := client.Options{Logger: logger}
+	if err := s.Apply(&o); err != nil {
+		return o, err
+	}
+	codec.Apply(&o, keys, opts...)
+	return o, nil
 }
 
 // Apply sets o's address, namespace, TLS and credentials.

@@ -18,13 +18,15 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/supportflow/supportflow/activities"
-	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/codec"
+	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/model"
 	"github.com/supportflow/supportflow/internal/policy"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/temporalconn"
@@ -123,15 +125,18 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 		Model:         mdl,
 		Metrics:       m,
 		Ledger:        l,
+		Proposals:     proposals.New(pool, cfg.Account),
+		Enrichment:    ea.Store,
+		Evals:         eval.NewStore(pool, cfg.Account),
 		Durations:     cfg.Durations,
 		Logger:        logger,
 		ReplyUpdate:   cfg.ReplyUpdate,
 		// The prompt budget leaves the answer its room in the window.
 		PromptTokenBudget: cfg.PromptTokens,
 	}
-	store := ingest.NewStore(pool, l, cfg.Account)
+	store := ingest.NewStore(pool, cfg.Account)
 	reconciler := &ingest.Reconciler{
-		Store: store, Ledger: l, Export: zd,
+		Store: store, Export: zd,
 		RequestsPerMinute: cfg.ExportRequestsPerM, BackfillFrom: cfg.ReconcileFrom, Backfill: cfg.ReconcileBackfill,
 		HeartbeatInterval: cfg.Durations.Fill().HeartbeatInterval, Retention: cfg.Durations.Fill().Retention,
 		Logger: logger, Metrics: m,
@@ -240,11 +245,10 @@ func EnrichmentActivities(cfg config.Worker, db enrichment.DB, bq enrichment.Loo
 // A worker built on the client decodes with the same converter. conn says
 // where Temporal is and how to authenticate (TLS, mTLS, API key).
 func ClientOptions(conn temporalconn.Settings, keys *codec.Keyring, admitUnsealed bool, logger *slog.Logger, tel *telemetry.Telemetry) (client.Options, error) {
-	o := client.Options{Logger: telemetry.SDKLogger(sdklog.NewStructuredLogger(logger))}
-	if err := conn.Apply(&o); err != nil {
+	o, err := conn.ClientOptions(telemetry.SDKLogger(sdklog.NewStructuredLogger(logger)), keys, codec.WithAdmitUnsealed(admitUnsealed))
+	if err != nil {
 		return o, err
 	}
-	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admitUnsealed))
 	if tel != nil {
 		o.MetricsHandler = tel.TemporalMetrics()
 		o.Interceptors = tel.ClientInterceptors()

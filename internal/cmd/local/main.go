@@ -41,8 +41,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/codec"
+	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
 	"github.com/supportflow/supportflow/internal/devenv"
 	"github.com/supportflow/supportflow/internal/policy"

@@ -8,7 +8,7 @@ import (
 	"io"
 
 	"github.com/supportflow/supportflow"
-	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -86,7 +86,7 @@ func approve(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	}
 	defer pool.Close()
 	return withStarter(ctx, func(s *starter.Starter) error {
-		s.Approvals = ledger.New(pool, account)
+		s.Approvals = proposals.New(pool, account)
 		res, err := s.Approve(ctx, ticket, supportflow.ApproveRequest{ProposalID: proposalID, ApprovedBy: cmp.Or(by, operatorName())})
 		if err != nil {
 			return err

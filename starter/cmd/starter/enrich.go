@@ -13,8 +13,8 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/text"
-	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
 
@@ -88,7 +88,7 @@ func retry(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer) e
 	}
 	defer pool.Close()
 	return withStarter(ctx, func(s *starter.Starter) error {
-		e, err := s.Retry(ctx, ledger.New(pool, account), args[0], operatorName())
+		e, err := s.Retry(ctx, proposals.New(pool, account), args[0], operatorName())
 		if err != nil {
 			return err
 		}

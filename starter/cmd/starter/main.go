@@ -236,11 +236,10 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	o := client.Options{Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
-	if err := conn.Apply(&o); err != nil {
+	o, err := conn.ClientOptions(sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)), keys, codec.WithAdmitUnsealed(admit))
+	if err != nil {
 		return nil, nil, err
 	}
-	codec.Apply(&o, keys, codec.WithAdmitUnsealed(admit))
 	c, err := client.DialContext(ctx, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("temporal: %w", err)

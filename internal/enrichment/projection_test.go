@@ -1,4 +1,4 @@
-package ledger_test
+package enrichment_test
 
 import (
 	"context"
@@ -10,15 +10,18 @@ import (
 	"github.com/supportflow/supportflow"
 )
 
+// The projection round-trips through PutEnrichment and GetEnrichment
+// (what tests and the local run seed, and what drafts read).
 func TestEnrichment_RoundTrip(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t)
+	f := newFixture(t)
+	s := f.store
 	ctx := context.Background()
-	_, found, err := l.GetEnrichment(ctx, 7, 70)
+	_, found, err := s.GetEnrichment(ctx, 7, 70)
 	require.NoError(t, err)
 	assert.False(t, found)
-	require.NoError(t, l.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
-	e, found, err := l.GetEnrichment(ctx, 7, 70)
+	require.NoError(t, s.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-1", LifetimeOrders: 3_000_000_000, ActiveSubscriptions: []string{"s-1", "s-2"}}))
+	e, found, err := s.GetEnrichment(ctx, 7, 70)
 	require.NoError(t, err)
 	require.True(t, found)
 	assert.Equal(t, int64(3_000_000_000), e.LifetimeOrders, "bigint, not int4")
@@ -30,32 +33,33 @@ func TestEnrichment_RoundTrip(t *testing.T) {
 // one, it is not found; the new requester's lookup replaces it.
 func TestEnrichment_BelongsToTheRequester(t *testing.T) {
 	t.Parallel()
-	l, pool := newLedger(t)
+	f := newFixture(t)
+	s, pool := f.store, f.pool
 	ctx := context.Background()
-	require.NoError(t, l.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-ada", ActiveSubscriptions: []string{"s-ada"}}))
+	require.NoError(t, s.PutEnrichment(ctx, 7, 70, supportflow.Enrichment{CustomerID: "c-ada", ActiveSubscriptions: []string{"s-ada"}}))
 
-	_, found, err := l.GetEnrichment(ctx, 7, 71)
+	_, found, err := s.GetEnrichment(ctx, 7, 71)
 	require.NoError(t, err)
 	assert.False(t, found, "a requester change drops what was known")
-	_, found, err = l.GetEnrichment(ctx, 7, 0)
+	_, found, err = s.GetEnrichment(ctx, 7, 0)
 	require.NoError(t, err)
 	assert.False(t, found, "an unknown requester matches nothing")
 
-	require.NoError(t, l.PutEnrichment(ctx, 7, 71, supportflow.Enrichment{CustomerID: "c-bo", ActiveSubscriptions: []string{"s-bo"}}))
-	e, found, err := l.GetEnrichment(ctx, 7, 71)
+	require.NoError(t, s.PutEnrichment(ctx, 7, 71, supportflow.Enrichment{CustomerID: "c-bo", ActiveSubscriptions: []string{"s-bo"}}))
+	e, found, err := s.GetEnrichment(ctx, 7, 71)
 	require.NoError(t, err)
 	require.True(t, found)
 	assert.Equal(t, "c-bo", e.CustomerID)
-	_, found, err = l.GetEnrichment(ctx, 7, 70)
+	_, found, err = s.GetEnrichment(ctx, 7, 70)
 	require.NoError(t, err)
 	assert.False(t, found, "the previous requester's data is gone")
 
 	// A row from before requesters were recorded (NULL) matches no one.
 	_, err = pool.Exec(ctx, `UPDATE ticket_enrichment SET requester_id = NULL WHERE ticket_id = 7`)
 	require.NoError(t, err)
-	_, found, err = l.GetEnrichment(ctx, 7, 71)
+	_, found, err = s.GetEnrichment(ctx, 7, 71)
 	require.NoError(t, err)
 	assert.False(t, found)
 
-	assert.ErrorIs(t, l.PutEnrichment(ctx, 8, 0, supportflow.Enrichment{CustomerID: "c"}), supportflow.ErrInvalidInput)
+	assert.ErrorIs(t, s.PutEnrichment(ctx, 8, 0, supportflow.Enrichment{CustomerID: "c"}), supportflow.ErrInvalidInput)
 }

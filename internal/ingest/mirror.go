@@ -1,4 +1,4 @@
-package ledger
+package ingest
 
 import (
 	"context"
@@ -7,8 +7,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
 )
+
+// The ticket mirror (table ticket_mirror) is ingestion's: webhooks and the
+// reconciler write it, here and nowhere else; the scan, the enrichment
+// lookup and the API read it. Every write takes the ticket's advisory lock
+// (ledger.TicketLockKey), the lock the ledger's Reserve takes too, so a
+// mirror write and an action reservation of one ticket serialize.
 
 // TicketMirror is supportflow's local copy of a Zendesk ticket's headline
 // fields.
@@ -29,22 +37,22 @@ type TicketMirror struct {
 
 // UpsertTicketMirror writes a ticket's mirror in its own transaction,
 // under the ticket's advisory lock.
-func (l *Ledger) UpsertTicketMirror(ctx context.Context, t TicketMirror) (bool, error) {
+func (s *Store) UpsertTicketMirror(ctx context.Context, t TicketMirror) (bool, error) {
 	var wrote bool
-	err := pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		wrote, err = l.UpsertTicketMirrorTx(ctx, tx, t)
+		wrote, err = s.UpsertTicketMirrorTx(ctx, tx, t)
 		return err
 	})
 	return wrote, err
 }
 
 // UpsertTicketMirrorTx writes a ticket's mirror inside tx after taking the
-// ticket's advisory lock (held until tx ends), the same lock Reserve takes.
-// It reports whether the row changed (false when the stored copy is newer
-// and the copy brings no newer comment).
-func (l *Ledger) UpsertTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (bool, error) {
-	c, err := l.ApplyTicketMirrorTx(ctx, tx, t)
+// ticket's advisory lock (held until tx ends), the same lock the ledger's
+// Reserve takes. It reports whether the row changed (false when the stored
+// copy is newer and the copy brings no newer comment).
+func (s *Store) UpsertTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (bool, error) {
+	c, err := s.ApplyTicketMirrorTx(ctx, tx, t)
 	return c.Wrote, err
 }
 
@@ -71,12 +79,12 @@ type MirrorChange struct {
 // ApplyTicketMirrorTx is UpsertTicketMirrorTx reporting what changed.
 // Comment times only ever move forward (the newest of the stored and the
 // given), so events applied in any order leave the same mirror.
-func (l *Ledger) ApplyTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (MirrorChange, error) {
+func (s *Store) ApplyTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirror) (MirrorChange, error) {
 	var c MirrorChange
 	if t.TicketID <= 0 {
-		return c, fmt.Errorf("ledger: mirror ticket id %d must be positive", t.TicketID)
+		return c, fmt.Errorf("ingest: mirror ticket id %d must be positive", t.TicketID)
 	}
-	prev, found, err := l.lockMirror(ctx, tx, t.TicketID)
+	prev, found, err := s.lockMirror(ctx, tx, t.TicketID)
 	if err != nil {
 		return c, err
 	}
@@ -106,9 +114,9 @@ SET subject = CASE WHEN $9 THEN excluded.subject ELSE ticket_mirror.subject END,
     mirrored_at = now(),
     last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
     last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)`,
-		l.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
+		s.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
 		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt), fresh); err != nil {
-		return c, fmt.Errorf("ledger: mirror ticket %d: %w", t.TicketID, err)
+		return c, fmt.Errorf("ingest: mirror ticket %d: %w", t.TicketID, err)
 	}
 	c.Wrote = true
 	c.Created = !found
@@ -125,12 +133,12 @@ SET subject = CASE WHEN $9 THEN excluded.subject ELSE ticket_mirror.subject END,
 // the ticket's other fields. A ticket not yet mirrored gets a row with
 // only those times (no status, so the scan skips it until its fields
 // arrive).
-func (l *Ledger) AdvanceCommentsTx(ctx context.Context, tx pgx.Tx, ticketID int64, customerAt, agentAt time.Time) (MirrorChange, error) {
+func (s *Store) AdvanceCommentsTx(ctx context.Context, tx pgx.Tx, ticketID int64, customerAt, agentAt time.Time) (MirrorChange, error) {
 	var c MirrorChange
 	if ticketID <= 0 {
-		return c, fmt.Errorf("ledger: mirror ticket id %d must be positive", ticketID)
+		return c, fmt.Errorf("ingest: mirror ticket id %d must be positive", ticketID)
 	}
-	prev, found, err := l.lockMirror(ctx, tx, ticketID)
+	prev, found, err := s.lockMirror(ctx, tx, ticketID)
 	if err != nil {
 		return c, err
 	}
@@ -145,9 +153,9 @@ ON CONFLICT (account, ticket_id) DO UPDATE
 SET last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
     last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at),
     mirrored_at = now()`,
-		l.account, ticketID, updated, nullTime(customerAt), nullTime(agentAt))
+		s.account, ticketID, updated, nullTime(customerAt), nullTime(agentAt))
 	if err != nil {
-		return c, fmt.Errorf("ledger: mirror comments of ticket %d: %w", ticketID, err)
+		return c, fmt.Errorf("ingest: mirror comments of ticket %d: %w", ticketID, err)
 	}
 	c.Wrote, c.Created = true, !found
 	c.commentNews(prev, TicketMirror{LastCustomerCommentAt: customerAt, LastAgentCommentAt: agentAt})
@@ -166,11 +174,11 @@ func (c *MirrorChange) commentNews(prev, t TicketMirror) {
 }
 
 // lockMirror takes the ticket's advisory lock and reads its mirror.
-func (l *Ledger) lockMirror(ctx context.Context, tx pgx.Tx, ticketID int64) (TicketMirror, bool, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, ticketID)); err != nil {
-		return TicketMirror{}, false, fmt.Errorf("ledger: mirror ticket %d: lock: %w", ticketID, err)
+func (s *Store) lockMirror(ctx context.Context, tx pgx.Tx, ticketID int64) (TicketMirror, bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, ledger.TicketLockKey(s.account, ticketID)); err != nil {
+		return TicketMirror{}, false, fmt.Errorf("ingest: mirror ticket %d: lock: %w", ticketID, err)
 	}
-	t, err := l.getTicketMirror(ctx, tx, ticketID)
+	t, err := s.getTicketMirror(ctx, tx, ticketID)
 	if errors.Is(err, supportflow.ErrNotFound) {
 		return t, false, nil
 	}
@@ -187,11 +195,11 @@ func nullTime(t time.Time) *time.Time {
 
 // GetTicketMirror reads a mirrored ticket; supportflow.ErrNotFound when the ticket has
 // never been mirrored.
-func (l *Ledger) GetTicketMirror(ctx context.Context, ticketID int64) (TicketMirror, error) {
-	return l.getTicketMirror(ctx, l.db, ticketID)
+func (s *Store) GetTicketMirror(ctx context.Context, ticketID int64) (TicketMirror, error) {
+	return s.getTicketMirror(ctx, s.db, ticketID)
 }
 
-func (l *Ledger) getTicketMirror(ctx context.Context, db interface {
+func (s *Store) getTicketMirror(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, ticketID int64) (TicketMirror, error) {
 	t := TicketMirror{TicketID: ticketID}
@@ -199,13 +207,13 @@ func (l *Ledger) getTicketMirror(ctx context.Context, db interface {
 	var customer, agent *time.Time
 	err := db.QueryRow(ctx, `
 SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at
-FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, l.account, ticketID).Scan(
+FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, s.account, ticketID).Scan(
 		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("%w: ticket %d is not mirrored", supportflow.ErrNotFound, ticketID)
 	}
 	if err != nil {
-		return t, fmt.Errorf("ledger: mirror of ticket %d: %w", ticketID, err)
+		return t, fmt.Errorf("ingest: mirror of ticket %d: %w", ticketID, err)
 	}
 	if requester != nil {
 		t.RequesterID = *requester

@@ -1,17 +1,47 @@
-package ledger_test
+package proposals_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/enrichment"
+	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/proposals"
+	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
+	"github.com/supportflow/supportflow/migrations"
 )
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const account = "acme"
+
+// newStore returns the proposals and the ledger of account on a fresh,
+// migrated database of its own.
+func newStore(t testing.TB) (*proposals.Store, *ledger.Ledger, *pgxpool.Pool) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	_, err := migrations.MigrateURL(context.Background(), url)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return proposals.New(pool, account), ledger.New(pool, account), pool
+}
+
+// req reserves an action on ticket 42 that cancels subs and then replies.
+func req(key, claimant string, lease time.Duration, subs ...string) ledger.ReserveRequest {
+	act := supportflow.Action{TicketID: 42, Comment: &supportflow.Comment{Body: "Done.", Public: true}, CancelSubscriptions: subs}
+	return ledger.ReserveRequest{Key: key, TicketID: 42, Legs: act.Legs(), Claimant: claimant, Lease: lease}
+}
 
 func proposal(id string) supportflow.DraftProposal {
 	return supportflow.DraftProposal{ID: id, TicketID: 7, Reply: "We cancelled it.", CancelSubscriptions: []string{"sub-1"},
@@ -23,7 +53,7 @@ func proposal(id string) supportflow.DraftProposal {
 // other content is refused, and the stored proposal is unchanged.
 func TestSaveProposal_IdempotentAndNeverChanges(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t)
+	s, _, _ := newStore(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	created := make(chan bool, 8)
@@ -31,7 +61,7 @@ func TestSaveProposal_IdempotentAndNeverChanges(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := l.SaveProposal(ctx, proposal("p-1"))
+			c, err := s.SaveProposal(ctx, proposal("p-1"))
 			assert.NoError(t, err)
 			created <- c
 		}()
@@ -48,31 +78,31 @@ func TestSaveProposal_IdempotentAndNeverChanges(t *testing.T) {
 
 	changed := proposal("p-1")
 	changed.Reply = "Something else."
-	_, err := l.SaveProposal(ctx, changed)
+	_, err := s.SaveProposal(ctx, changed)
 	require.ErrorIs(t, err, supportflow.ErrConflict)
-	got, err := l.GetProposal(ctx, "p-1")
+	got, err := s.GetProposal(ctx, "p-1")
 	require.NoError(t, err)
 	assert.Equal(t, "We cancelled it.", got.Reply)
 	assert.Equal(t, []string{"sub-1"}, got.CancelSubscriptions)
 	assert.Equal(t, supportflow.DraftAwaitingApproval, got.State)
-	count, err := l.CountProposals(ctx, 7)
+	count, err := s.CountProposals(ctx, 7)
 	require.NoError(t, err)
 	assert.Equal(t, 1, count)
 }
 
 func TestSaveProposal_BadInputWritesNothing(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t)
+	s, _, _ := newStore(t)
 	ctx := context.Background()
 	for name, p := range map[string]supportflow.DraftProposal{
 		"bad id":      proposal("p 1; DROP TABLE proposal"),
 		"empty id":    proposal(""),
 		"zero ticket": func() supportflow.DraftProposal { p := proposal("p-2"); p.TicketID = 0; return p }(),
 	} {
-		_, err := l.SaveProposal(ctx, p)
+		_, err := s.SaveProposal(ctx, p)
 		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, name)
 	}
-	n, err := l.CountProposals(ctx, 7)
+	n, err := s.CountProposals(ctx, 7)
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
@@ -81,24 +111,24 @@ func TestSaveProposal_BadInputWritesNothing(t *testing.T) {
 // state is never left, and an unknown state or proposal is an error.
 func TestSetProposalState_OnlyMovesForward(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t)
+	s, _, _ := newStore(t)
 	ctx := context.Background()
-	_, err := l.SaveProposal(ctx, proposal("p-1"))
+	_, err := s.SaveProposal(ctx, proposal("p-1"))
 	require.NoError(t, err)
 
-	ok, err := l.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "ada", "")
+	ok, err := s.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "ada", "")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "", "")
+	ok, err = s.SetProposalState(ctx, "p-1", supportflow.DraftExecuting, "", "")
 	require.NoError(t, err)
 	assert.True(t, ok, "re-recording executing (a retried activity) is allowed")
-	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftDone, "", "")
+	ok, err = s.SetProposalState(ctx, "p-1", supportflow.DraftDone, "", "")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = l.SetProposalState(ctx, "p-1", supportflow.DraftExpired, "", "")
+	ok, err = s.SetProposalState(ctx, "p-1", supportflow.DraftExpired, "", "")
 	require.NoError(t, err)
 	assert.False(t, ok, "done is final")
-	got, err := l.GetProposal(ctx, "p-1")
+	got, err := s.GetProposal(ctx, "p-1")
 	require.NoError(t, err)
 	assert.Equal(t, supportflow.DraftDone, got.State)
 	assert.Equal(t, "ada", got.DecidedBy, "the approver is kept")
@@ -113,24 +143,24 @@ func TestSetProposalState_OnlyMovesForward(t *testing.T) {
 		{supportflow.DraftRejected, supportflow.DraftExecuting},
 	} {
 		id := "p-" + tc.from + "-" + tc.to
-		_, err := l.SaveProposal(ctx, proposal(id))
+		_, err := s.SaveProposal(ctx, proposal(id))
 		require.NoError(t, err)
 		if tc.from != supportflow.DraftAwaitingApproval {
-			ok, err := l.SetProposalState(ctx, id, tc.from, "", "")
+			ok, err := s.SetProposalState(ctx, id, tc.from, "", "")
 			require.NoError(t, err)
 			require.True(t, ok)
 		}
-		ok, err := l.SetProposalState(ctx, id, tc.to, "", "")
+		ok, err := s.SetProposalState(ctx, id, tc.to, "", "")
 		require.NoError(t, err)
 		assert.False(t, ok, "%s -> %s", tc.from, tc.to)
-		got, err := l.GetProposal(ctx, id)
+		got, err := s.GetProposal(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, tc.from, got.State)
 	}
 
-	_, err = l.SetProposalState(ctx, "p-1", "approved-ish", "", "")
+	_, err = s.SetProposalState(ctx, "p-1", "approved-ish", "", "")
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
-	_, err = l.SetProposalState(ctx, "no-such", supportflow.DraftDone, "", "")
+	_, err = s.SetProposalState(ctx, "no-such", supportflow.DraftDone, "", "")
 	assert.ErrorIs(t, err, supportflow.ErrNotFound)
 }
 
@@ -138,16 +168,17 @@ func TestSetProposalState_OnlyMovesForward(t *testing.T) {
 // ticket arrives later, and the scan's candidates follow who spoke last.
 func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 	t.Parallel()
-	l, _ := newLedger(t)
+	s, _, pool := newStore(t)
+	mirror, enriched := ingest.NewStore(pool, account), enrichment.NewStore(pool, account)
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	put := func(updated, customer, agent time.Time) {
-		_, err := l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 7, Status: "open", UpdatedAt: updated,
+		_, err := mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: 7, Status: "open", UpdatedAt: updated,
 			LastCustomerCommentAt: customer, LastAgentCommentAt: agent})
 		require.NoError(t, err)
 	}
 	candidates := func() []int64 {
-		ids, err := l.DraftCandidates(ctx, 10, time.Minute)
+		ids, err := s.DraftCandidates(ctx, 10, time.Minute)
 		require.NoError(t, err)
 		return ids
 	}
@@ -159,19 +190,19 @@ func TestDraftCandidates_FollowWhoSpokeLast(t *testing.T) {
 	assert.Equal(t, []int64{7}, candidates(), "the customer wrote again; the agent's time is kept")
 	p := proposal("p-7")
 	p.ConversationThrough = t0.Add(2 * time.Minute)
-	_, err := l.SaveProposal(ctx, p)
+	_, err := s.SaveProposal(ctx, p)
 	require.NoError(t, err)
 	assert.Empty(t, candidates(), "a proposal has seen the newest comment")
 
 	// A ticket the customer just wrote on waits for its enrichment; once
 	// enriched (or after the grace period) it is a candidate.
 	fresh := time.Now().UTC().Add(-10 * time.Second)
-	_, err = l.UpsertTicketMirror(ctx, ledger.TicketMirror{TicketID: 9, Status: "open", RequesterID: 900, UpdatedAt: fresh, LastCustomerCommentAt: fresh})
+	_, err = mirror.UpsertTicketMirror(ctx, ingest.TicketMirror{TicketID: 9, Status: "open", RequesterID: 900, UpdatedAt: fresh, LastCustomerCommentAt: fresh})
 	require.NoError(t, err)
 	assert.NotContains(t, candidates(), int64(9), "waits for its enrichment")
-	require.NoError(t, l.PutEnrichment(ctx, 9, 900, supportflow.Enrichment{CustomerID: "c"}))
+	require.NoError(t, enriched.PutEnrichment(ctx, 9, 900, supportflow.Enrichment{CustomerID: "c"}))
 	assert.Contains(t, candidates(), int64(9), "enriched: drafted with its data")
 
-	_, err = l.DraftCandidates(ctx, 0, time.Minute)
+	_, err = s.DraftCandidates(ctx, 0, time.Minute)
 	assert.ErrorIs(t, err, supportflow.ErrInvalidInput)
 }

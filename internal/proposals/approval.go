@@ -1,4 +1,4 @@
-package ledger
+package proposals
 
 import (
 	"context"
@@ -10,18 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/ledger"
 )
 
 // ErrNotApproved is returned by CheckApproval when an action has no
 // recorded approval, or its content is not what was approved: the leg must
 // not write.
-var ErrNotApproved = errors.New("ledger: not approved")
+var ErrNotApproved = errors.New("proposals: not approved")
 
-// ProposalDigests returns ContentDigest of each of p's actions.
+// ProposalDigests returns ledger.ContentDigest of each of p's actions.
 func ProposalDigests(p supportflow.Proposal) []string {
 	out := make([]string, len(p.Actions))
 	for i, a := range p.Actions {
-		out[i] = ContentDigest(a)
+		out[i] = ledger.ContentDigest(a)
 	}
 	return out
 }
@@ -37,7 +38,7 @@ func ProposalDigests(p supportflow.Proposal) []string {
 // approval cannot both answer one ticket. An approval already recorded
 // with the same content is kept (created=false: the first approver
 // stands); with other content it is supportflow.ErrConflict.
-func (l *Ledger) RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (created bool, err error) {
+func (s *Store) RecordApproval(ctx context.Context, p supportflow.Proposal, by, onBehalfOf string, drafted bool) (created bool, err error) {
 	if err := p.Validate(); err != nil {
 		return false, err
 	}
@@ -46,13 +47,13 @@ func (l *Ledger) RecordApproval(ctx context.Context, p supportflow.Proposal, by,
 	}
 	digests := ProposalDigests(p)
 	ticketID := p.Actions[0].TicketID
-	err = pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
-		if err := lockTickets(ctx, tx, l.account, p); err != nil {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := lockTickets(ctx, tx, s.account, p); err != nil {
 			return err
 		}
 		var have []string
 		err := tx.QueryRow(ctx, `SELECT action_digests FROM approval WHERE account = $1 AND proposal_id = $2`,
-			l.account, p.ID).Scan(&have)
+			s.account, p.ID).Scan(&have)
 		switch {
 		case err == nil:
 			if have != nil && !slices.Equal(have, digests) {
@@ -63,18 +64,18 @@ func (l *Ledger) RecordApproval(ctx context.Context, p supportflow.Proposal, by,
 			return err
 		}
 		if drafted {
-			if err := checkAnswerable(ctx, tx, l.account, p.ID); err != nil {
+			if err := checkAnswerable(ctx, tx, s.account, p.ID); err != nil {
 				return err
 			}
 		}
 		_, err = tx.Exec(ctx, `
 INSERT INTO approval (account, proposal_id, ticket_id, action_digests, approved_by, on_behalf_of)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))`, l.account, p.ID, ticketID, digests, by, onBehalfOf)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))`, s.account, p.ID, ticketID, digests, by, onBehalfOf)
 		created = err == nil
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("ledger: record approval of %s: %w", p.ID, err)
+		return false, fmt.Errorf("proposals: record approval of %s: %w", p.ID, err)
 	}
 	return created, nil
 }
@@ -88,7 +89,7 @@ func lockTickets(ctx context.Context, tx pgx.Tx, account string, p supportflow.P
 	}
 	slices.Sort(tickets)
 	for _, t := range slices.Compact(tickets) {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(account, t)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, ledger.TicketLockKey(account, t)); err != nil {
 			return err
 		}
 	}
@@ -133,21 +134,21 @@ ORDER BY updated_at DESC LIMIT 1`, account, ticket, proposalID, created).Scan(&o
 
 // GetApproval reads a proposal's approval; supportflow.ErrNotFound when none is
 // recorded.
-func (l *Ledger) GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error) {
+func (s *Store) GetApproval(ctx context.Context, proposalID string) (supportflow.Approval, error) {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return supportflow.Approval{}, err
 	}
 	a := supportflow.Approval{ProposalID: proposalID}
 	var onBehalf *string
-	err := l.db.QueryRow(ctx, `
+	err := s.db.QueryRow(ctx, `
 SELECT ticket_id, action_digests, approved_by, on_behalf_of, approved_at
-FROM approval WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).Scan(
+FROM approval WHERE account = $1 AND proposal_id = $2`, s.account, proposalID).Scan(
 		&a.TicketID, &a.ActionDigests, &a.ApprovedBy, &onBehalf, &a.ApprovedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return supportflow.Approval{}, fmt.Errorf("%w: no approval of proposal %s", supportflow.ErrNotFound, proposalID)
 	}
 	if err != nil {
-		return supportflow.Approval{}, fmt.Errorf("ledger: get approval of %s: %w", proposalID, err)
+		return supportflow.Approval{}, fmt.Errorf("proposals: get approval of %s: %w", proposalID, err)
 	}
 	a.OnBehalfOf = deref(onBehalf)
 	return a, nil
@@ -156,18 +157,18 @@ FROM approval WHERE account = $1 AND proposal_id = $2`, l.account, proposalID).S
 // RevokeApproval deletes an approval that the draft refused (its proposal
 // was stale by the time the approval reached it), unless an action of the
 // proposal was already reserved: then it has started and stays approved.
-func (l *Ledger) RevokeApproval(ctx context.Context, proposalID string) error {
-	_, err := l.db.Exec(ctx, `
+func (s *Store) RevokeApproval(ctx context.Context, proposalID string) error {
+	_, err := s.db.Exec(ctx, `
 DELETE FROM approval WHERE account = $1 AND proposal_id = $2
-  AND NOT EXISTS (SELECT 1 FROM action WHERE account = $1 AND proposal_id = $2)`, l.account, proposalID)
+  AND NOT EXISTS (SELECT 1 FROM action WHERE account = $1 AND proposal_id = $2)`, s.account, proposalID)
 	if err != nil {
-		return fmt.Errorf("ledger: revoke approval of %s: %w", proposalID, err)
+		return fmt.Errorf("proposals: revoke approval of %s: %w", proposalID, err)
 	}
 	return nil
 }
 
 // CheckApproval reports whether the action keyed key, with content digest
-// (ContentDigest, which covers its ticket), was approved: nil when it was, an error
+// (ledger.ContentDigest, which covers its ticket), was approved: nil when it was, an error
 // wrapping ErrNotApproved (saying why) when it was not, any other error
 // when the database could not say. Every leg calls it before its first
 // write.
@@ -175,12 +176,12 @@ DELETE FROM approval WHERE account = $1 AND proposal_id = $2
 // An approval carried over from before approvals were recorded has no
 // digests; it admits an action whose content matches its ledger row (an
 // execution already under way) or its stored proposal.
-func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) error {
+func (s *Store) CheckApproval(ctx context.Context, key string, digest string) error {
 	proposalID, index, err := supportflow.ParseActionKey(key)
 	if err != nil {
 		return err
 	}
-	a, err := l.GetApproval(ctx, proposalID)
+	a, err := s.GetApproval(ctx, proposalID)
 	if errors.Is(err, supportflow.ErrNotFound) {
 		return fmt.Errorf("%w: proposal %s has no recorded approval (approve it through the API or the starter, which record one)", ErrNotApproved, proposalID)
 	}
@@ -190,7 +191,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 	// A drafted proposal that ended without running (rejected after all,
 	// superseded, expired: its approval never reached the draft) admits
 	// nothing, whatever approval row is left.
-	p, perr := l.GetProposal(ctx, proposalID)
+	p, perr := s.GetProposal(ctx, proposalID)
 	stored := perr == nil
 	if perr != nil && !errors.Is(perr, supportflow.ErrNotFound) {
 		return perr
@@ -209,9 +210,9 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		return nil
 	}
 	var rowDigest *string
-	err = l.db.QueryRow(ctx, `SELECT content_digest FROM action WHERE account = $1 AND key = $2`, l.account, key).Scan(&rowDigest)
+	err = s.db.QueryRow(ctx, `SELECT content_digest FROM action WHERE account = $1 AND key = $2`, s.account, key).Scan(&rowDigest)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("ledger: check approval of %s: %w", key, err)
+		return fmt.Errorf("proposals: check approval of %s: %w", key, err)
 	}
 	if rowDigest != nil {
 		if *rowDigest == digest {
@@ -225,9 +226,9 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		// means this one was approved with it (its first reserve pins its
 		// content, checked above from then on).
 		var underWay bool
-		if err := l.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM action WHERE account = $1 AND proposal_id = $2)`,
-			l.account, proposalID).Scan(&underWay); err != nil {
-			return fmt.Errorf("ledger: check approval of %s: %w", key, err)
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM action WHERE account = $1 AND proposal_id = $2)`,
+			s.account, proposalID).Scan(&underWay); err != nil {
+			return fmt.Errorf("proposals: check approval of %s: %w", key, err)
 		}
 		if underWay {
 			return nil
@@ -235,7 +236,7 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 		return fmt.Errorf("%w: action %s was never started before approvals were recorded, and no proposal is stored for it", ErrNotApproved, key)
 	}
 	actions := p.DraftProposal.Proposal().Actions
-	if index < len(actions) && ContentDigest(actions[index]) == digest {
+	if index < len(actions) && ledger.ContentDigest(actions[index]) == digest {
 		return nil
 	}
 	return fmt.Errorf("%w: action %s is not what was approved (ticket, reply, subscriptions or ticket update differ)", ErrNotApproved, key)
@@ -247,25 +248,25 @@ func (l *Ledger) CheckApproval(ctx context.Context, key string, digest string) e
 // is executing or went out, or any other is executing, so a retry and a
 // redraft never both answer the ticket (a rejected redraft lets the old
 // proposal be retried). The approver stays decided_by.
-func (l *Ledger) MarkRetrying(ctx context.Context, proposalID string) error {
+func (s *Store) MarkRetrying(ctx context.Context, proposalID string) error {
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var (
 			ticket  int64
 			state   string
 			created time.Time
 		)
 		err := tx.QueryRow(ctx, `SELECT ticket_id, state, created_at FROM proposal WHERE account = $1 AND proposal_id = $2`,
-			l.account, proposalID).Scan(&ticket, &state, &created)
+			s.account, proposalID).Scan(&ticket, &state, &created)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: proposal %s", supportflow.ErrNotFound, proposalID)
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, TicketLockKey(l.account, ticket)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, ledger.TicketLockKey(s.account, ticket)); err != nil {
 			return err
 		}
 		var other, otherState string
@@ -280,7 +281,7 @@ WHERE account = $1 AND ticket_id = $2 AND proposal_id <> $3
               WHERE a.account = proposal.account AND a.proposal_id = proposal.proposal_id
                 AND l.kind = 'reply' AND l.state IN ('done', 'unknown')))))
        OR state = 'executing')
-ORDER BY created_at DESC LIMIT 1`, l.account, ticket, proposalID, created).Scan(&other, &otherState)
+ORDER BY created_at DESC LIMIT 1`, s.account, ticket, proposalID, created).Scan(&other, &otherState)
 		switch {
 		case err == nil:
 			return fmt.Errorf("%w: proposal %s of ticket %d (%s) has taken this one's place; approve or reject that one instead", supportflow.ErrAnswerConflict, other, ticket, otherState)
@@ -288,7 +289,7 @@ ORDER BY created_at DESC LIMIT 1`, l.account, ticket, proposalID, created).Scan(
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE proposal SET state = 'executing', error = NULL, updated_at = now()
-WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, l.account, proposalID)
+WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, s.account, proposalID)
 		if err != nil {
 			return err
 		}
@@ -298,7 +299,7 @@ WHERE account = $1 AND proposal_id = $2 AND state IN ('failed', 'executing')`, l
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ledger: retry %s: %w", proposalID, err)
+		return fmt.Errorf("proposals: retry %s: %w", proposalID, err)
 	}
 	return nil
 }
