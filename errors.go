@@ -49,8 +49,9 @@ const (
 )
 
 // ErrorType is one kind of failure a caller can see: the ApplicationError
-// type a workflow or activity fails with, whether Temporal retries it, and
-// the HTTP status the API answers when it reaches a request.
+// type a workflow or activity fails with, whether Temporal retries it
+// (policy.AppError makes every such error from the table), and the HTTP
+// status the API answers when it reaches a request (HTTPStatus).
 type ErrorType struct {
 	Type       string
 	Retryable  bool
@@ -84,8 +85,8 @@ func LookupErrorType(t string) (ErrorType, bool) {
 }
 
 // Sentinel errors, matched with errors.Is. Every layer wraps one of these
-// rather than defining its own, so the API answers each the same way
-// (HTTPStatus).
+// rather than defining its own; a route of the API answers each in its own
+// words, and any route that does not, by HTTPStatus.
 var (
 	// ErrInvalidInput is wrapped by every validation error, so callers can
 	// test with errors.Is.
@@ -105,18 +106,27 @@ var (
 	ErrAnswerConflict = errors.New("another proposal answers this ticket")
 )
 
-// HTTPStatus is the status the API answers for err: the status of the
-// sentinel it wraps, or 500.
-func HTTPStatus(err error) int {
+// HTTPStatus is the status the API answers for err where its route has
+// no answer of its own: the table's status of the ApplicationError type
+// err carries (a workflow's or an update's refusal), else the status of
+// the sentinel it wraps; ok is false for neither (an unexpected failure).
+// The type is read through its Type method, so this package needs no SDK.
+func HTTPStatus(err error) (status int, ok bool) {
+	var typed interface{ Type() string }
+	if errors.As(err, &typed) {
+		if e, found := LookupErrorType(typed.Type()); found {
+			return e.HTTPStatus, true
+		}
+	}
 	switch {
 	case errors.Is(err, ErrInvalidInput):
-		return http.StatusBadRequest
+		return http.StatusBadRequest, true
 	case errors.Is(err, ErrNotFound):
-		return http.StatusNotFound
+		return http.StatusNotFound, true
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotAwaitingApproval), errors.Is(err, ErrAnswerConflict):
-		return http.StatusConflict
+		return http.StatusConflict, true
 	}
-	return http.StatusInternalServerError
+	return 0, false
 }
 
 // Approval is a person's approval of a proposal, as recorded.

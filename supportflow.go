@@ -16,7 +16,8 @@
 //     status, and the sentinel errors every layer wraps (errors.go).
 //
 // Clients (Zendesk, BigQuery, the model, the ledger) map to and from these
-// types; the workflows import only this package, the SDK and policy.
+// types; the workflows import only this package, the SDK, policy and text
+// (TestContract_WorkflowsDependOnTheContractOnly).
 package supportflow
 
 import (

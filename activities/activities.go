@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/enrichment"
@@ -131,7 +130,7 @@ func (a *Activities) checkApproved(ctx context.Context, in supportflow.ActionInp
 	case errors.Is(err, proposals.ErrNotApproved):
 		a.Metrics.LegRefused("not_approved")
 		a.log(ctx).Warn("refused an action that was not approved", "action_key", in.Key, "ticket_id", in.Action.TicketID, "reason", err.Error())
-		return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeNotApproved, err)
+		return policy.AppError(err.Error(), supportflow.ErrTypeNotApproved, err)
 	case errors.Is(err, supportflow.ErrInvalidInput):
 		return invalid(err)
 	}
@@ -155,18 +154,18 @@ func claimantOf(ctx context.Context) string {
 }
 
 func invalid(err error) error {
-	return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+	return policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 }
 
 func rejected(err error) error {
-	return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeRejected, err)
+	return policy.AppError(err.Error(), supportflow.ErrTypeRejected, err)
 }
 
 // errLostClaim is the cause a fenced write that lost reports.
 var errLostClaim = errors.New("the action's claim was taken over by a newer attempt")
 
 func lostClaim(key string) error {
-	return temporal.NewApplicationErrorWithCause(
+	return policy.AppError(
 		fmt.Sprintf("action %s: %v; stopped without writing", key, errLostClaim), supportflow.ErrTypeLostClaim, errLostClaim)
 }
 
@@ -202,7 +201,7 @@ func reserveError(err error) error {
 	var held *ledger.LeaseHeldError
 	switch {
 	case errors.As(err, &held):
-		return temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeLeaseHeld, err)
+		return policy.AppError(err.Error(), supportflow.ErrTypeLeaseHeld, err)
 	case errors.Is(err, supportflow.ErrInvalidInput):
 		return invalid(err)
 	case errors.Is(err, supportflow.ErrConflict):

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/eval"
 	"github.com/supportflow/supportflow/internal/model"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/text"
 )
 
@@ -363,7 +363,7 @@ func (a *Activities) GenerateDraft(ctx context.Context, in supportflow.GenerateI
 			if t, ok := modelErrorTypes[kinded.Kind()]; ok && isPermanent(err) {
 				// Its own type, so the draft's error and the Web UI say
 				// what to do: add credit, shorten the prompt, raise the cap.
-				return supportflow.DraftProposal{}, temporal.NewNonRetryableApplicationError(err.Error(), t, err)
+				return supportflow.DraftProposal{}, policy.AppError(err.Error(), t, err)
 			}
 		}
 		if isPermanent(err) {
@@ -379,7 +379,7 @@ func (a *Activities) GenerateDraft(ctx context.Context, in supportflow.GenerateI
 		// does not parse): the log has the answer's size, never its text.
 		a.log(ctx).Warn("model answered an invalid draft", "ticket_id", in.Ticket.Conversation.TicketID, "proposal_id", in.ProposalID,
 			"error_type", supportflow.ErrTypeInvalidModelOutput, "answer_bytes", len(content), "tokens", p.get().Tokens)
-		return supportflow.DraftProposal{}, temporal.NewApplicationErrorWithCause(err.Error(), supportflow.ErrTypeInvalidModelOutput, err)
+		return supportflow.DraftProposal{}, policy.AppError(err.Error(), supportflow.ErrTypeInvalidModelOutput, err)
 	}
 	draft.ID = in.ProposalID
 	a.describeCancellations(ctx, draft.Cancellations)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/subscriptions"
 	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
@@ -459,7 +460,7 @@ func (a *Activities) CancelSubscriptions(ctx context.Context, in supportflow.Act
 		// Temporal drops a failed activity's result: carry what was
 		// cancelled on the error, so the agents' note and the redraft say
 		// it truthfully.
-		return out, temporal.NewNonRetryableApplicationError(app.Error(), supportflow.ErrTypeRejected, errors.Unwrap(app), out)
+		return out, policy.AppError(app.Error(), supportflow.ErrTypeRejected, errors.Unwrap(app), out)
 	}
 	return out, err
 }

@@ -189,7 +189,7 @@ func unsealed(p *commonpb.Payload, enc string) error {
 	return fmt.Errorf("codec: %w (%s, not %s): supportflow's workers and clients take only payloads sealed with the payload keys, "+
 		"so start and signal its workflows through supportflow's starter command or HTTP API, which seal them, "+
 		"not with plain input from the temporal CLI, the Web UI or another client; "+
-		"while histories written before payload encryption drain, set %s=true on the workers, worker api and starter to admit unsealed payloads",
+		"while histories written before payload encryption drain, set %s=true on the workers, supportflow-api and starter to admit unsealed payloads",
 		ErrUnsealed, what, EncodingSealed, EnvAdmitUnsealed)
 }
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// EnvAllowEncode is the setting (internal/config reads it for worker api)
+// EnvAllowEncode is the setting (internal/config reads it for supportflow-api)
 // that makes the codec server serve POST .../encode (Codec.AllowEncode).
 // Off by default.
 const EnvAllowEncode = "SUPPORTFLOW_CODEC_ALLOW_ENCODE"
@@ -69,7 +69,7 @@ func (c *Codec) Handler() http.Handler {
 				"this codec server only decodes (POST .../decode, all the Web UI and `temporal workflow show` need to display histories): "+
 					"encoding would seal any input a codec token holder sends for supportflow's workers to run. "+
 					"Start and signal supportflow's workflows through its starter command or HTTP API, which seal their input; "+
-					"set "+EnvAllowEncode+"=true on worker api to serve POST .../encode (for the temporal CLI's start and signal with --codec-endpoint, "+
+					"set "+EnvAllowEncode+"=true on supportflow-api to serve POST .../encode (for the temporal CLI's start and signal with --codec-endpoint, "+
 					"or the Web UI's start and signal forms)")
 			return
 		}

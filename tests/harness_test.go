@@ -46,7 +46,9 @@ import (
 	"github.com/supportflow/supportflow/starter"
 )
 
-var workerBin string
+// The programs under test, built once for the package: the worker, the
+// API and the codec gateway.
+var workerBin, apiBin, gatewayBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "supportflow-tests-")
@@ -54,11 +56,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	workerBin = filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", workerBin, "github.com/supportflow/supportflow/worker")
+	workerBin, apiBin, gatewayBin = filepath.Join(dir, "worker"), filepath.Join(dir, "supportflow-api"), filepath.Join(dir, "codec-gateway")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/supportflow/supportflow/worker",
+		"github.com/supportflow/supportflow/cmd/supportflow-api", "github.com/supportflow/supportflow/cmd/codec-gateway")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the worker:", err)
+		fmt.Fprintln(os.Stderr, "building the programs:", err)
 		os.Exit(1)
 	}
 	for name, typ := range supportflow.SearchAttributes {

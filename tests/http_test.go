@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ const (
 	closeBudget = 45 * time.Second
 )
 
-// httpProcess is a `worker api` or `worker codec-gateway` process and the
+// httpProcess is a `supportflow-api` or `codec-gateway` process and the
 // addresses it logged.
 type httpProcess struct {
 	cmd    *exec.Cmd
@@ -53,15 +54,15 @@ type httpProcess struct {
 	addrs  map[string]chan string // by log message
 }
 
-// startHTTPProcess runs the worker binary with args and env, and waits for
-// it to log each of the messages in want with an "addr" field.
-func startHTTPProcess(t *testing.T, args []string, env []string, want ...string) map[string]string {
+// startHTTPProcess runs the program bin with env, and waits for it to log
+// each of the messages in want with an "addr" field.
+func startHTTPProcess(t *testing.T, bin string, env []string, want ...string) map[string]string {
 	t.Helper()
 	p := &httpProcess{exited: make(chan struct{}), addrs: map[string]chan string{}}
 	for _, msg := range want {
 		p.addrs[msg] = make(chan string, 1)
 	}
-	p.cmd = exec.Command(workerBin, args...)
+	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(os.Environ(), env...)
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
@@ -97,7 +98,7 @@ func startHTTPProcess(t *testing.T, args []string, env []string, want ...string)
 		}
 		if t.Failed() {
 			p.mu.Lock()
-			t.Logf("%s logs:\n%s", strings.Join(args, " "), p.logs.String())
+			t.Logf("%s logs:\n%s", filepath.Base(bin), p.logs.String())
 			p.mu.Unlock()
 		}
 	})
@@ -109,9 +110,9 @@ func startHTTPProcess(t *testing.T, args []string, env []string, want ...string)
 		case <-p.exited:
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			t.Fatalf("%s exited before logging %q:\n%s", strings.Join(args, " "), msg, p.logs.String())
+			t.Fatalf("%s exited before logging %q:\n%s", filepath.Base(bin), msg, p.logs.String())
 		case <-time.After(waitBudget):
-			t.Fatalf("%s never logged %q", strings.Join(args, " "), msg)
+			t.Fatalf("%s never logged %q", filepath.Base(bin), msg)
 		}
 	}
 	return got
@@ -202,7 +203,7 @@ func openStream(t *testing.T, base string, ticket int64, token string) (*sseStre
 }
 
 // Every HTTP server supportflow runs (the API, its metrics endpoint, the
-// codec gateway), run as the product runs them (`worker api`, `worker
+// codec gateway), run as the product runs them (`supportflow-api`, `worker
 // codec-gateway`) with shrunk SUPPORTFLOW_HTTP_* timeouts:
 //
 //   - a keep-alive connection left idle is closed by the server, no sooner
@@ -232,7 +233,7 @@ func TestAPI_TimeoutsAndStreamCaps(t *testing.T) {
 		"SUPPORTFLOW_HTTP_IDLE_TIMEOUT=" + httpIdleTimeout.String(),
 		"SUPPORTFLOW_LOG_LEVEL=info",
 	}
-	apiAddrs := startHTTPProcess(t, []string{"api"}, append([]string{
+	apiAddrs := startHTTPProcess(t, apiBin, append([]string{
 		"DATABASE_URL=" + s.dbURL,
 		"TEMPORAL_ADDRESS=" + testenv.TemporalAddress(t),
 		"SUPPORTFLOW_TASK_QUEUE=" + s.taskQueue,
@@ -248,7 +249,7 @@ func TestAPI_TimeoutsAndStreamCaps(t *testing.T) {
 		"SUPPORTFLOW_API_SSE_KEEPALIVE=" + sseKeepAlive.String(),
 	}, httpEnv...), "api listening", "metrics at /metrics")
 	apiAddr, metricsAddr := loopback(apiAddrs["api listening"]), loopback(apiAddrs["metrics at /metrics"])
-	gatewayAddr := loopback(startHTTPProcess(t, []string{"codec-gateway"}, append([]string{
+	gatewayAddr := loopback(startHTTPProcess(t, gatewayBin, append([]string{
 		"SUPPORTFLOW_CODEC_GATEWAY_ADDR=127.0.0.1:0",
 		"SUPPORTFLOW_CODEC_UPSTREAM=http://" + apiAddr,
 		"SUPPORTFLOW_CODEC_TOKENS=" + codecToken,

@@ -373,7 +373,7 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	}, waitBudget, 200*time.Millisecond, "every recorded event was dispatched")
 }
 
-// apiProcess is `worker api` as its own OS process on a fixed port, so a
+// apiProcess is `supportflow-api` as its own OS process on a fixed port, so a
 // test can SIGKILL it and start it again at the same address.
 type apiProcess struct {
 	s    *stack
@@ -407,7 +407,7 @@ func (a *apiProcess) restart() {
 	a.s.t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cmd := exec.Command(workerBin, "api")
+	cmd := exec.Command(apiBin)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+a.s.dbURL,
 		"TEMPORAL_ADDRESS="+a.s.temporalAddress(),

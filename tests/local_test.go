@@ -63,7 +63,7 @@ func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "github.com/supportflow/supportflow/internal/cmd/local", "-once", "-state", t.TempDir())
+	cmd := exec.CommandContext(ctx, "go", "run", "github.com/supportflow/supportflow/cmd/local", "-once", "-state", t.TempDir())
 	cmd.Env = localEnv()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -87,7 +87,7 @@ type localRun struct {
 func startLocalRun(t *testing.T, env ...string) *localRun {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "local")
-	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/internal/cmd/local")
+	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/cmd/local")
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run())
 

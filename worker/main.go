@@ -1,18 +1,16 @@
 // Command worker runs supportflow's Temporal worker: drafting, execution
-// and enrichment workflows and their activities.
+// and enrichment workflows and their activities. The HTTP API is
+// cmd/supportflow-api, the codec gateway cmd/codec-gateway.
 //
 //	worker           run until SIGINT/SIGTERM (migrates the database first)
-//	worker api       serve the HTTP API and the Zendesk webhook until SIGINT/SIGTERM
-//	worker codec-gateway  forward the Web UI's codec requests to worker api with a codec token
 //	worker migrate   apply database migrations and exit
-//	worker probe URL exit 0 if URL answers 2xx (the container health check)
+//	worker probe URL exit 0 if URL answers 2xx (the container health check of every image's program)
 //	worker --help    list every environment variable
 package main
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -33,12 +31,8 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintf(os.Stderr, "usage: worker [api|codec-gateway|migrate|probe URL]\n\nRuns the supportflow worker; `worker api` serves the HTTP API, the Zendesk webhook and the codec server;\n`worker codec-gateway` lets a Web UI without sign-in decode through it; `worker migrate` applies database migrations and exits.\n\nEnvironment:\n")
+	fmt.Fprintf(os.Stderr, "usage: worker [migrate|probe URL]\n\nRuns the supportflow worker; `worker migrate` applies database migrations and exits;\n`worker probe URL` exits 0 when URL answers 2xx. The HTTP API is supportflow-api, the codec gateway codec-gateway.\n\nEnvironment:\n")
 	config.PrintHelp(os.Stderr)
-	fmt.Fprintf(os.Stderr, "\nworker api also reads:\n")
-	config.PrintAPIHelp(os.Stderr)
-	fmt.Fprintf(os.Stderr, "\nworker codec-gateway reads:\n")
-	config.PrintVars(os.Stderr, config.GatewayVars)
 }
 
 func run(args []string) error {
@@ -66,23 +60,6 @@ func run(args []string) error {
 		}
 		return probe(ctx, args[1])
 	}
-	if len(args) > 0 && args[0] == "api" {
-		cfg, err := config.LoadAPI()
-		if err != nil {
-			return err
-		}
-		logger := config.NewLogger(os.Stderr, cfg.LogLevel)
-		return withTelemetry(ctx, "supportflow-api", cfg.MetricsAddr, cfg.HTTP, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
-			return workerapp.RunAPI(ctx, cfg, logger, tel, nil)
-		})
-	}
-	if len(args) > 0 && args[0] == "codec-gateway" {
-		cfg, err := config.LoadGateway()
-		if err != nil {
-			return err
-		}
-		return workerapp.RunGateway(ctx, cfg, config.NewLogger(os.Stderr, cfg.LogLevel), nil)
-	}
 	if len(args) > 0 {
 		usage()
 		return fmt.Errorf("unknown command %q", args[0])
@@ -92,40 +69,9 @@ func run(args []string) error {
 		return err
 	}
 	logger := config.NewLogger(os.Stderr, cfg.LogLevel)
-	return withTelemetry(ctx, "supportflow-worker", cfg.MetricsAddr, cfg.HTTP, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
+	return workerapp.WithTelemetry(ctx, "supportflow-worker", cfg.MetricsAddr, cfg.HTTP, cfg.OTLPEndpoint, logger, func(tel *telemetry.Telemetry) error {
 		return workerapp.Run(ctx, cfg, logger, tel)
 	})
-}
-
-// withTelemetry runs fn with the process's telemetry, serving /metrics on
-// metricsAddr (when set, with the HTTP servers' timeouts) and flushing
-// traces on the way out.
-func withTelemetry(ctx context.Context, service, metricsAddr string, timeouts telemetry.HTTPTimeouts, otlp string, logger *slog.Logger, fn func(*telemetry.Telemetry) error) error {
-	tel, err := telemetry.New(ctx, telemetry.Config{ServiceName: service, OTLPEndpoint: otlp})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(shutdownCtx); err != nil {
-			logger.Warn("telemetry shutdown", "error", err)
-		}
-	}()
-	if metricsAddr != "" {
-		ready := make(chan string, 1)
-		go func() {
-			if err := telemetry.ServeWith(ctx, metricsAddr, tel.Handler(), ready, timeouts); err != nil {
-				logger.Error("metrics endpoint failed", "addr", metricsAddr, "error", err)
-			}
-		}()
-		select {
-		case addr := <-ready:
-			logger.Info("metrics at /metrics", "addr", addr, "tracing", tel.Tracing())
-		case <-time.After(5 * time.Second):
-		}
-	}
-	return fn(tel)
 }
 
 // probe GETs url and succeeds on a 2xx answer: the image has no shell or

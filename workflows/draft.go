@@ -103,7 +103,7 @@ func (w *Workflows) DraftReply(ctx workflow.Context, req supportflow.DraftReques
 	if err := req.Validate(); err != nil {
 		dr.st.State, dr.st.Error = supportflow.DraftFailed, err.Error()
 		setDetails(ctx, "failed: invalid input") // not even its ticket ID is known to be one
-		return dr.st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return dr.st, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	dr.setState(ctx, supportflow.DraftGathering)
 	dr.ignoreStale = workflow.GetVersion(ctx, versionIgnoreStaleActivity, workflow.DefaultVersion, 1) == 1
@@ -160,7 +160,7 @@ func (dr *draft) register(ctx workflow.Context) error {
 // while it awaits approval.
 func (dr *draft) checkCurrent(proposalID, verb string) error {
 	stale := func(format string, args ...any) error {
-		return temporal.NewApplicationError(fmt.Sprintf("cannot %s proposal %q: ", verb, proposalID)+fmt.Sprintf(format, args...), supportflow.ErrTypeStaleProposal)
+		return policy.AppError(fmt.Sprintf("cannot %s proposal %q: ", verb, proposalID)+fmt.Sprintf(format, args...), supportflow.ErrTypeStaleProposal, nil)
 	}
 	switch {
 	case proposalID == "":
@@ -223,7 +223,7 @@ func (dr *draft) fail(ctx workflow.Context, err error) (supportflow.DraftStatus,
 	dr.failedWith = errorKind(err)
 	dr.setState(ctx, supportflow.DraftFailed)
 	dr.settle(ctx)
-	return dr.st, temporal.NewNonRetryableApplicationError(
+	return dr.st, policy.AppError(
 		fmt.Sprintf("draft of ticket %d failed: %s", dr.req.TicketID, dr.st.Error), supportflow.ErrTypeDraftFailed, err)
 }
 
@@ -539,7 +539,7 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 				Outcome: outcome,
 			})
 		}
-		return dr.st, temporal.NewNonRetryableApplicationError(
+		return dr.st, policy.AppError(
 			fmt.Sprintf("executing proposal %s failed: %s", p.ID, dr.st.Error), supportflow.ErrTypeActionFailed, err)
 	}
 	dr.markProposal(ctx, p.ID, supportflow.DraftDone, "", "")

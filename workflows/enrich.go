@@ -50,7 +50,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 	}
 	if err := supportflow.ValidateTicketID(req.TicketID); err != nil {
 		setDetails(ctx, "invalid input")
-		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return st, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	// The delays are read once per run and recorded in history (a side
 	// effect), so a configuration change never makes a replay take a

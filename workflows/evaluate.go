@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/supportflow/supportflow"
@@ -29,7 +28,7 @@ func (w *Workflows) EvaluateDrafts(ctx workflow.Context, req supportflow.Evaluat
 	}
 	if err := req.Validate(); err != nil {
 		setDetails(ctx, "invalid input")
-		return st, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return st, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
 	var prompt, completion int64

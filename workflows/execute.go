@@ -133,7 +133,7 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 	}
 	if err := p.Validate(); err != nil {
 		setDetails(ctx, "invalid input") // not even its ID is known to be one
-		return statuses, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return statuses, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
 	log := workflow.GetLogger(ctx)
@@ -244,7 +244,7 @@ func (w *Workflows) ExecuteProposal(ctx workflow.Context, p supportflow.Proposal
 			}
 		}
 		step(endWords(st))
-		return statuses, temporal.NewNonRetryableApplicationError(
+		return statuses, policy.AppError(
 			fmt.Sprintf("action %s ended %s: %s", st.Key, state, st.Error), supportflow.ErrTypeActionFailed, legErr, statuses)
 	}
 	if fromReceivers {

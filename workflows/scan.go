@@ -28,7 +28,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 	if limit < 0 || limit > supportflow.MaxScanLimit {
 		err := errors.New("scan limit must be 0-" + strconv.Itoa(supportflow.MaxScanLimit))
 		setDetails(ctx, "scan", "invalid input")
-		return supportflow.ScanResult{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return supportflow.ScanResult{}, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
 	var res supportflow.ScanResult

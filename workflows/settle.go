@@ -73,7 +73,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 	if isNotApproved(legErr) {
 		// Nothing was written and nothing may be: no settle, no note.
 		st.State = supportflow.StateFailed
-		return temporal.NewNonRetryableApplicationError(
+		return policy.AppError(
 			fmt.Sprintf("action %s was not run: %s", st.Key, st.Error), supportflow.ErrTypeNotApproved, legErr, statuses)
 	}
 	sctx := ctx
@@ -134,7 +134,7 @@ func (w *Workflows) executeAction(ctx workflow.Context, proposalID string, i int
 		// Operators find these in the Web UI: SupportflowState = needs_attention.
 		_ = workflow.UpsertTypedSearchAttributes(sctx, stateKey.ValueSet(supportflow.StateNeedsAttention))
 	}
-	return temporal.NewNonRetryableApplicationError(
+	return policy.AppError(
 		fmt.Sprintf("action %s ended %s: %s", st.Key, res.State, st.Reason), supportflow.ErrTypeActionFailed, legErr, statuses)
 }
 

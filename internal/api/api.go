@@ -42,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/proposals"
@@ -440,7 +441,17 @@ func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK 
 // internal answers an unexpected error without leaking its details. The
 // log has the error's class, and its message only when it cannot quote
 // what a workflow or activity said (telemetry.LogError).
+//
+// A refusal the route did not answer in its own words (a workflow's
+// ApplicationError of a known type, or an error wrapping one of the
+// contract's sentinels) gets the contract's status instead
+// (supportflow.HTTPStatus), named by its type and never by its message.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	if status, ok := supportflow.HTTPStatus(err); ok && status < 500 {
+		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error_type", telemetry.ErrorClass(err))
+		problem(w, status, "refused", http.StatusText(status), "refused: "+refusalOf(err))
+		return
+	}
 	s.log.Error("request failed", append([]any{"method", r.Method, "path", r.URL.Path}, telemetry.LogError(err)...)...)
 	problem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable", "a dependency failed; retry later")
 }

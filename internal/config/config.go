@@ -364,7 +364,7 @@ func durationsFrom(env Env) (policy.Durations, error) {
 
 // AdmitUnsealedPayloads reads SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS (false
 // when unset): whether a process's data converter admits payloads that
-// are not sealed (codec.WithAdmitUnsealed). The worker, worker api and
+// are not sealed (codec.WithAdmitUnsealed). The worker, supportflow-api and
 // starter read it.
 func AdmitUnsealedPayloads() (bool, error) { return AdmitUnsealedPayloadsFrom(OSEnv) }
 
@@ -691,7 +691,7 @@ func LoadGatewayFrom(env Env) (Gateway, error) {
 	var errs []error
 	raw := env.get("SUPPORTFLOW_CODEC_UPSTREAM")
 	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
-		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of worker api, without a path (the gateway keeps the /codec of the request)", ErrConfig))
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_UPSTREAM must be the http(s) URL of supportflow-api, without a path (the gateway keeps the /codec of the request)", ErrConfig))
 	} else {
 		g.Upstream = u
 	}
@@ -700,7 +700,7 @@ func LoadGatewayFrom(env Env) (Gateway, error) {
 		errs = append(errs, err)
 	}
 	if tokens := splitList(raw); len(tokens) == 0 && err == nil {
-		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_TOKENS is required (a token worker api accepts)", ErrConfig))
+		errs = append(errs, fmt.Errorf("%w: SUPPORTFLOW_CODEC_TOKENS is required (a token supportflow-api accepts)", ErrConfig))
 	} else if len(tokens) > 0 {
 		g.Token = tokens[0]
 	}

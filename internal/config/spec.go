@@ -29,10 +29,10 @@ type Program string
 const (
 	// ProgramWorker is `worker`, the Temporal worker.
 	ProgramWorker Program = "worker"
-	// ProgramAPI is `worker api`: the HTTP API, the Zendesk webhook and
+	// ProgramAPI is `supportflow-api`: the HTTP API, the Zendesk webhook and
 	// the codec server.
 	ProgramAPI Program = "api"
-	// ProgramGateway is `worker codec-gateway`, which lets a Web UI
+	// ProgramGateway is `codec-gateway`, which lets a Web UI
 	// without sign-in decode through the API's codec server.
 	ProgramGateway Program = "gateway"
 	// ProgramStarter is `starter`, the operator command.
@@ -46,9 +46,9 @@ var Programs = []Program{ProgramWorker, ProgramAPI, ProgramGateway, ProgramStart
 func (p Program) Command() string {
 	switch p {
 	case ProgramAPI:
-		return "worker api"
+		return "supportflow-api"
 	case ProgramGateway:
-		return "worker codec-gateway"
+		return "codec-gateway"
 	}
 	return string(p)
 }
@@ -123,7 +123,7 @@ const (
 	groupOperation    = "Running the worker"
 	groupObservable   = "Logs, metrics and traces"
 	groupHTTP         = "HTTP servers"
-	groupAPI          = "HTTP API (worker api)"
+	groupAPI          = "HTTP API (supportflow-api)"
 	groupCodec        = "Codec server and gateway"
 	groupStarter      = "Operator command (starter)"
 	groupDurations    = "Timers and retries"
@@ -157,16 +157,16 @@ var spec = slices.Concat(
 			Help: "PostgreSQL connection URL (required; the starter needs it for approve, retry and parity)"},
 		{Name: "SUPPORTFLOW_TASK_QUEUE", Programs: temporalClients, Group: groupConnection, Default: supportflow.TaskQueue,
 			Help: "task queue the worker polls and the starter starts on"},
-		{Name: "SUPPORTFLOW_ACCOUNT", Programs: temporalClients, Group: groupConnection, DefaultDoc: "ZENDESK_SUBDOMAIN, or ZENDESK_URL's host",
+		{Name: "SUPPORTFLOW_ACCOUNT", Programs: temporalClients, Group: groupConnection, DefaultDoc: "worker, api: ZENDESK_SUBDOMAIN, or ZENDESK_URL's host; starter: none",
 			Help: "account the ledger keys actions under (the starter has no default: approve, retry and parity need it set)"},
 	},
 	temporalSettings(),
 	[]Setting{
 		{Name: codec.EnvKeys, Programs: temporalClients, Group: groupPayloads, Secret: true, File: true,
-			Help:     "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, worker api and starter",
+			Help:     "keys every Temporal payload is encrypted with (AES-256-GCM): comma-separated ID:BASE64KEY, 32-byte keys (openssl rand -base64 32), the first encrypts, all decrypt; this or SUPPORTFLOW_PAYLOAD_KEYS_FILE is required by the worker, supportflow-api and starter",
 			FileHelp: "file with the payload keys instead, one ID:BASE64KEY a line (a mounted secret)"},
 		{Name: codec.EnvAdmitUnsealed, Programs: temporalClients, Group: groupPayloads, Default: "false",
-			Help: "true admits Temporal payloads that are not sealed (plain JSON) into the worker, worker api and starter, for histories written before payload encryption while they drain; false refuses them, so a workflow started or signalled around supportflow's starter and API (which seal) does not run"},
+			Help: "true admits Temporal payloads that are not sealed (plain JSON) into the worker, supportflow-api and starter, for histories written before payload encryption while they drain; false refuses them, so a workflow started or signalled around supportflow's starter and API (which seal) does not run"},
 
 		{Name: "ZENDESK_URL", Programs: workerAndAPI, Group: groupZendesk, Help: "Zendesk API base URL (e.g. a stand-in); overrides ZENDESK_SUBDOMAIN"},
 		{Name: "ZENDESK_SUBDOMAIN", Programs: workerAndAPI, Group: groupZendesk, Help: "Zendesk account subdomain (https://{subdomain}.zendesk.com)"},
@@ -209,20 +209,20 @@ var spec = slices.Concat(
 	[]Setting{
 		{Name: "SUPPORTFLOW_API_ADDR", Programs: onlyAPI, Group: groupAPI, Default: ":8080", Help: "address the HTTP API listens on"},
 		{Name: EnvAPITokens, Programs: onlyAPI, Group: groupAPI, Secret: true, File: true,
-			Help:     "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by worker api",
+			Help:     "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by supportflow-api",
 			FileHelp: "file with the API tokens instead, one NAME:ROLE[+ROLE...]:TOKEN a line, # comments (a mounted secret)"},
-		{Name: "ZENDESK_WEBHOOK_SECRET", Programs: onlyAPI, Group: groupAPI, Secret: true, File: true, Help: "Zendesk webhook signing secret (needed by worker api)"},
-		{Name: "ZENDESK_API_USER_ID", Programs: onlyAPI, Group: groupAPI, Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by worker api)"},
+		{Name: "ZENDESK_WEBHOOK_SECRET", Programs: onlyAPI, Group: groupAPI, Secret: true, File: true, Help: "Zendesk webhook signing secret (needed by supportflow-api)"},
+		{Name: "ZENDESK_API_USER_ID", Programs: onlyAPI, Group: groupAPI, Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by supportflow-api)"},
 		{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Programs: onlyAPI, Group: groupAPI, Default: durationText(api.DefaultWebhookRetryAfter), Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
 		{Name: "SUPPORTFLOW_RELAY_INTERVAL", Programs: onlyAPI, Group: groupAPI, Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},
 		{Name: EnvMaxStreamsPerToken, Programs: onlyAPI, Group: groupAPI, Default: strconv.Itoa(api.DefaultMaxStreamsPerToken), Help: "event streams (GET /tickets/{id}/draft/events) one API token may hold open at once; the next is answered 429 with a Retry-After"},
 		{Name: EnvSSEKeepAlive, Programs: onlyAPI, Group: groupAPI, Default: durationText(api.DefaultKeepAlive), Help: "how often an event stream with nothing new sends a keep-alive comment (keep it under the idle timeout of every proxy in front of the API)"},
 
 		{Name: "SUPPORTFLOW_CODEC_TOKENS", Programs: []Program{ProgramAPI, ProgramGateway}, Group: groupCodec, Secret: true, File: true,
-			Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server; worker codec-gateway sends the first (required there)"},
+			Help: "comma-separated bearer tokens (16+ characters) of the codec server at /codec/encode and /codec/decode, for the Web UI and temporal --codec-auth; unset: no codec server; codec-gateway sends the first (required there)"},
 		{Name: "SUPPORTFLOW_CODEC_CORS_ORIGINS", Programs: onlyAPI, Group: groupCodec, Help: "comma-separated browser origins allowed to call the codec server: the Web UI's (e.g. https://temporal.example.com)"},
 		{Name: codec.EnvAllowEncode, Programs: onlyAPI, Group: groupCodec, Default: "false", Help: "true also serves POST /codec/encode, which seals whatever payloads a codec token holder sends (the temporal CLI's start and signal with --codec-endpoint, the Web UI's start and signal forms); false answers it 403, so the codec server only decodes, which is all displaying histories needs"},
-		{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Programs: onlyGateway, Group: groupCodec, Help: "URL of the worker api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
+		{Name: "SUPPORTFLOW_CODEC_UPSTREAM", Programs: onlyGateway, Group: groupCodec, Help: "URL of the supportflow-api whose /codec the gateway forwards to, e.g. http://api:8000 (required)"},
 		{Name: "SUPPORTFLOW_CODEC_GATEWAY_ADDR", Programs: onlyGateway, Group: groupCodec, Default: "127.0.0.1:8090", Help: "address the gateway listens on: only where the Web UI itself may be reached, since whoever reaches it reads payloads"},
 
 		{Name: "SUPPORTFLOW_OPERATOR", Programs: onlyStarter, Group: groupStarter, DefaultDoc: "$USER, else unknown", Help: "the name an operator's approve (without --by) and retry are recorded under, as operator:NAME"},
@@ -390,12 +390,12 @@ type Var struct {
 // (PrintHelp adds them).
 var Vars = varsWhere(func(s Setting) bool { return s.ReadBy(ProgramWorker) && s.Group != groupDurations })
 
-// APIVars lists the variables `worker api` reads that the worker does not
+// APIVars lists the variables `supportflow-api` reads that the worker does not
 // (it shares the rest: DATABASE_URL, TEMPORAL_*, SUPPORTFLOW_TASK_QUEUE,
 // SUPPORTFLOW_ACCOUNT or ZENDESK_URL/SUBDOMAIN, SUPPORTFLOW_LOG_LEVEL, ...).
 var APIVars = varsWhere(func(s Setting) bool { return s.ReadBy(ProgramAPI) && !s.ReadBy(ProgramWorker) })
 
-// GatewayVars lists what `worker codec-gateway` reads.
+// GatewayVars lists what `codec-gateway` reads.
 var GatewayVars = VarsFor(ProgramGateway)
 
 // DocsCommand regenerates docs/configuration.md from the spec.
@@ -415,13 +415,13 @@ func WriteDocs(w io.Writer) error {
 	about := map[Program]string{
 		ProgramWorker:  "the Temporal worker: drafting, execution and enrichment workflows and their activities",
 		ProgramAPI:     "the HTTP API, the Zendesk webhook and the codec server",
-		ProgramGateway: "forwards a Web UI's codec requests to `worker api` with a codec token",
+		ProgramGateway: "forwards a Web UI's codec requests to `supportflow-api` with a codec token",
 		ProgramStarter: "the operator command: starts, approves and retries drafts, ensures the schedules",
 	}
 	for _, prog := range Programs {
 		p("| %s | `%s` | %s |\n", prog, prog.Command(), about[prog])
 	}
-	p("\nThe local run (`go run ./internal/cmd/local`) reads what `worker` and `api` read, and starts or stands in for every service left unset.\n\n")
+	p("\nThe local run (`go run ./cmd/local`) reads what `worker` and `api` read, and starts or stands in for every service left unset.\n\n")
 	p("## Rules\n\n")
 	p("- A variable set to an empty or blank value counts as unset: its default applies. The exception is `%s`, where set and empty turns the endpoint off.\n", EnvMetricsAddr)
 	p("- Durations are Go durations: `500ms`, `90s`, `5m`, `1h30m`.\n")

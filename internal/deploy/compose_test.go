@@ -756,3 +756,23 @@ func firstPattern(s string) string {
 	}
 	return ""
 }
+
+// TestCompose_ServicesRunTheirProgram: each service of the image runs the
+// program its variables are checked against (supportflowServices): the
+// worker is the image's entrypoint; the API and the codec gateway replace
+// it with their own.
+func TestCompose_ServicesRunTheirProgram(t *testing.T) {
+	p := project(t)
+	for name, want := range map[string][]string{
+		workerService:  nil,
+		apiService:     {imageAPIPath},
+		gatewayService: {imageGatewayPath},
+	} {
+		s := service(t, p, name)
+		cmd := append(slices.Clone([]string(s.Entrypoint)), s.Command...)
+		if len(cmd) == 0 {
+			cmd = nil
+		}
+		assert.Equal(t, want, cmd, "%s runs %v", name, cmd)
+	}
+}

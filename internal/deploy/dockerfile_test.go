@@ -78,11 +78,17 @@ func goMinor(t *testing.T) string {
 	return ""
 }
 
-// imageStarterPath is where the image carries the operators' command;
-// docker-compose.yml's schedules step runs it.
-const imageStarterPath = "/usr/local/bin/starter"
+// Where the image carries each program: the worker is its entrypoint; the
+// API, the codec gateway and the operators' command replace it
+// (docker-compose.yml's entrypoint, the Kubernetes containers' command).
+const (
+	imageWorkerPath  = "/usr/local/bin/worker"
+	imageAPIPath     = "/usr/local/bin/supportflow-api"
+	imageGatewayPath = "/usr/local/bin/codec-gateway"
+	imageStarterPath = "/usr/local/bin/starter"
+)
 
-func TestDockerfileBuildsWorkerAndStarter(t *testing.T) {
+func TestDockerfileBuildsEveryProgram(t *testing.T) {
 	st := stages(parseDockerfile(t, filepath.Join(repoRoot, "Dockerfile")))
 	if len(st) < 2 {
 		t.Fatalf("Dockerfile has %d stage(s), want a build stage and a final stage", len(st))
@@ -111,7 +117,7 @@ func TestDockerfileBuildsWorkerAndStarter(t *testing.T) {
 	if goBuild == nil {
 		t.Fatal("build stage has no RUN ... go build")
 	}
-	for _, want := range []string{"./worker", "./starter/cmd/starter", "-trimpath"} {
+	for _, want := range []string{"./worker", "./cmd/supportflow-api", "./cmd/codec-gateway", "./cmd/starter", "-trimpath"} {
 		if !slices.Contains(goBuild, want) {
 			t.Errorf("go build does not pass %s: %q", want, goBuild)
 		}
@@ -157,7 +163,7 @@ func TestDockerfileBuildsWorkerAndStarter(t *testing.T) {
 			}
 		}
 	}
-	for _, bin := range []string{"/usr/local/bin/worker", imageStarterPath} {
+	for _, bin := range []string{imageWorkerPath, imageAPIPath, imageGatewayPath, imageStarterPath} {
 		if !copied[bin] {
 			t.Errorf("the final stage does not put %s in the image (copied: %v)", bin, slices.Sorted(maps.Keys(copied)))
 		}
@@ -236,9 +242,9 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 
-	// What `go build ./worker ./starter/cmd/starter` needs must stay in the
-	// context.
-	for _, path := range []string{"go.mod", "go.sum", "worker/main.go", "starter/cmd/starter/main.go", "starter/starter.go",
+	// What `go build ./worker ./cmd/...` needs must stay in the context.
+	for _, path := range []string{"go.mod", "go.sum", "worker/main.go", "cmd/supportflow-api/main.go", "cmd/codec-gateway/main.go",
+		"cmd/starter/main.go", "starter/starter.go",
 		"migrations/migrations.go", "internal/config/config.go", "supportflow.go"} {
 		if dockerignoreExcludes(t, path) {
 			t.Errorf(".dockerignore excludes %s, which the build needs", path)

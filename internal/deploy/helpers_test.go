@@ -29,10 +29,10 @@ const repoRoot = "../.."
 type process string
 
 const (
-	procWorker  process = "worker"               // worker
-	procAPI     process = "worker api"           // worker api
-	procGateway process = "worker codec-gateway" // worker codec-gateway
-	procStarter process = "starter"              // starter (ensure-schedules)
+	procWorker  process = "worker"
+	procAPI     process = "supportflow-api"
+	procGateway process = "codec-gateway"
+	procStarter process = "starter" // starter ensure-schedules
 )
 
 // vars is the table of variables p reads, by name: config's tables, as

@@ -47,7 +47,7 @@ var secretValues = map[string]string{
 	"database-url": "postgres://supportflow@db.example:5432/supportflow",
 }
 
-// apiShutdown is how long `worker api` and `worker codec-gateway` give
+// apiShutdown is how long `supportflow-api` and `codec-gateway` give
 // in-flight requests after SIGTERM (workerapp's serve).
 const apiShutdown = 10 * time.Second
 
@@ -132,23 +132,23 @@ func ptrOr[T any](p *T, def T) T {
 }
 
 // processOf says which supportflow program a container runs, from its
-// command and arguments (the image's entrypoint is the worker).
+// command (the image's entrypoint, the worker, when it has none).
 func processOf(c corev1.Container) process {
-	if len(c.Command) > 0 {
-		if c.Command[0] == imageStarterPath {
-			return procStarter
+	if len(c.Command) == 0 {
+		if len(c.Args) == 0 {
+			return procWorker
 		}
-		return process("unknown command " + c.Command[0])
+		return process("unknown arguments " + strings.Join(c.Args, " "))
 	}
-	switch {
-	case len(c.Args) == 0:
-		return procWorker
-	case c.Args[0] == "api":
+	switch c.Command[0] {
+	case imageStarterPath:
+		return procStarter
+	case imageAPIPath:
 		return procAPI
-	case c.Args[0] == "codec-gateway":
+	case imageGatewayPath:
 		return procGateway
 	}
-	return process("unknown arguments " + strings.Join(c.Args, " "))
+	return process("unknown command " + c.Command[0])
 }
 
 // envSource is where a container's variable gets its value.
@@ -266,7 +266,7 @@ func loadContainer(t *testing.T, where string, p process, env map[string]envSour
 	case procGateway:
 		cfg.gateway, err = config.LoadGateway()
 	case procStarter:
-		// What the starter reads before it dials (starter/cmd/starter).
+		// What the starter reads before it dials (cmd/starter).
 		if _, err = config.PayloadKeys(); err == nil {
 			_, err = config.TemporalSettings()
 		}
@@ -334,7 +334,7 @@ func metricsServer(t *testing.T) http.Handler {
 	})
 }
 
-// apiServer is the API's handler as `worker api` builds it, with a
+// apiServer is the API's handler as `supportflow-api` builds it, with a
 // PostgreSQL that refuses connections and no Temporal: enough to tell
 // which routes exist and what the health checks answer without them.
 func apiServer(t *testing.T, cfg config.API) http.Handler {

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/heartbeat"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/internal/text"
 )
@@ -64,7 +64,7 @@ type LookupProgress struct {
 func (a *Activities) LookupCustomer(ctx context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
 	if in.TicketID <= 0 || in.RequesterID < 0 {
 		err := fmt.Errorf("%w: ticket %d, requester %d", supportflow.ErrInvalidInput, in.TicketID, in.RequesterID)
-		return supportflow.LookupOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return supportflow.LookupOutput{}, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	info := activity.GetInfo(ctx)
 	att := Attempt{TicketID: in.TicketID, WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID,
@@ -150,9 +150,9 @@ func classify(err error) error {
 	var bq *bqlookup.Error
 	switch {
 	case errors.As(err, &unknown):
-		return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeInvalidInput, err)
+		return policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	case errors.As(err, &bq) && bq.Permanent():
-		return temporal.NewNonRetryableApplicationError(err.Error(), supportflow.ErrTypeRejected, err)
+		return policy.AppError(err.Error(), supportflow.ErrTypeRejected, err)
 	}
 	return err
 }

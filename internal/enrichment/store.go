@@ -45,9 +45,6 @@ func NewStore(db DB, account string) *Store {
 	return &Store{db: db, account: account}
 }
 
-// ErrNotFound is returned for a ticket with no such row.
-var ErrNotFound = errors.New("enrichment: not found")
-
 // Attempt identifies one lookup attempt for the lookup log.
 type Attempt struct {
 	TicketID   int64
@@ -277,7 +274,8 @@ WHERE account = $1 AND ticket_id = $2 AND resolved_at IS NULL`, s.account, ticke
 	return tag.RowsAffected() == 1, nil
 }
 
-// GetDeadLetter reads a ticket's dead letter; ErrNotFound when it has none.
+// GetDeadLetter reads a ticket's dead letter; an error wrapping
+// supportflow.ErrNotFound when it has none.
 func (s *Store) GetDeadLetter(ctx context.Context, ticketID int64) (DeadLetter, error) {
 	var d DeadLetter
 	err := s.db.QueryRow(ctx, `
@@ -285,7 +283,7 @@ SELECT ticket_id, attempts, last_error, reason, dead_lettered_at, redriven_at, r
 FROM enrichment_dead_letter WHERE account = $1 AND ticket_id = $2`, s.account, ticketID).Scan(
 		&d.TicketID, &d.Attempts, &d.LastError, &d.Reason, &d.DeadLetteredAt, &d.RedrivenAt, &d.ResolvedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("%w: no dead letter for ticket %d", ErrNotFound, ticketID)
+		return d, fmt.Errorf("%w: no dead letter for ticket %d", supportflow.ErrNotFound, ticketID)
 	}
 	return d, err
 }

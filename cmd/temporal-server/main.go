@@ -6,7 +6,7 @@
 // given), then runs until SIGINT or SIGTERM. CI runs the end-to-end suite
 // against it twice in a row.
 //
-//	go run ./internal/devenv/cmd/temporal-server -addr-file /tmp/addr &
+//	go run ./cmd/temporal-server -addr-file /tmp/addr &
 package main
 
 import (

@@ -9,8 +9,8 @@
 // prints what to open and how to approve a draft. Ctrl-C stops everything,
 // letting the worker drain.
 //
-//	go run ./internal/cmd/local          run until Ctrl-C
-//	go run ./internal/cmd/local -once    run the demo, approve one draft, check it, exit
+//	go run ./cmd/local          run until Ctrl-C
+//	go run ./cmd/local -once    run the demo, approve one draft, check it, exit
 package main
 
 import (
@@ -58,7 +58,7 @@ func main() {
 	once := flag.Bool("once", false, "run the demo, approve one draft, verify it, and exit")
 	stateDir := flag.String("state", ".local", "directory for the dev server's history and logs (kept across runs)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: go run ./internal/cmd/local [-once] [-state DIR]\n\n")
+		fmt.Fprintf(os.Stderr, "usage: go run ./cmd/local [-once] [-state DIR]\n\n")
 		flag.PrintDefaults()
 		fmt.Fprintf(os.Stderr, "\nEnvironment (unset services are started locally or replaced by stand-ins):\n")
 		config.PrintHelp(os.Stderr)
@@ -520,7 +520,7 @@ func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, sec
 		proposals[id] = d.Proposal.ID
 		say("ticket %d: proposal %s awaits approval: %q (cancel %v)", id, d.Proposal.ID, d.Proposal.Reply, d.Proposal.CancelSubscriptions)
 		say("  approve: curl -s -X POST -H 'Authorization: Bearer %s' %s/proposals/%s/approve", token, apiURL, d.Proposal.ID)
-		say("  or:      TEMPORAL_ADDRESS=%s %s go run ./starter/cmd/starter approve %d %s", temporalAddr, keysHint(), id, d.Proposal.ID)
+		say("  or:      TEMPORAL_ADDRESS=%s %s go run ./cmd/starter approve %d %s", temporalAddr, keysHint(), id, d.Proposal.ID)
 	}
 	if !once {
 		return ids, nil

@@ -1,0 +1,75 @@
+package supportflow_test
+
+import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/supportflow/supportflow"
+)
+
+// Every ErrType constant is in the one table, once: an error type the
+// table did not list would be made non-retryable by policy.AppError and
+// answered 503 by the API, whatever it meant.
+func TestErrorTypes_EveryTypeInTheTable(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	require.NoError(t, err)
+	var consts []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok {
+			for i, name := range vs.Names {
+				if strings.HasPrefix(name.Name, "ErrType") {
+					lit := vs.Values[i].(*ast.BasicLit)
+					consts = append(consts, strings.Trim(lit.Value, `"`))
+				}
+			}
+		}
+		return true
+	})
+	require.NotEmpty(t, consts)
+	var inTable []string
+	for _, e := range supportflow.ErrorTypes {
+		inTable = append(inTable, e.Type)
+		assert.GreaterOrEqual(t, e.HTTPStatus, 400, e.Type)
+	}
+	assert.ElementsMatch(t, consts, inTable)
+}
+
+type typedError struct{ typ string }
+
+func (e typedError) Error() string { return "the workflow said something about the customer" }
+func (e typedError) Type() string  { return e.typ }
+
+// What the API answers where its route has no answer of its own.
+func TestHTTPStatus(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err    error
+		status int
+		ok     bool
+	}{
+		{fmt.Errorf("proposal 12: %w", supportflow.ErrNotFound), http.StatusNotFound, true},
+		{fmt.Errorf("%w: ticket id -1", supportflow.ErrInvalidInput), http.StatusBadRequest, true},
+		{fmt.Errorf("x: %w", supportflow.ErrAnswerConflict), http.StatusConflict, true},
+		{fmt.Errorf("x: %w", supportflow.ErrNotAwaitingApproval), http.StatusConflict, true},
+		{fmt.Errorf("x: %w", supportflow.ErrConflict), http.StatusConflict, true},
+		{fmt.Errorf("update: %w", typedError{supportflow.ErrTypeStaleProposal}), http.StatusConflict, true},
+		{typedError{supportflow.ErrTypeInvalidInput}, http.StatusBadRequest, true},
+		{typedError{supportflow.ErrTypeModelQuotaExhausted}, http.StatusServiceUnavailable, true},
+		{typedError{"SomethingElse"}, 0, false},
+		{errors.New("connection refused"), 0, false},
+	} {
+		status, ok := supportflow.HTTPStatus(c.err)
+		assert.Equal(t, c.status, status, "%v", c.err)
+		assert.Equal(t, c.ok, ok, "%v", c.err)
+	}
+}
