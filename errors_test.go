@@ -73,3 +73,27 @@ func TestHTTPStatus(t *testing.T) {
 		assert.Equal(t, c.ok, ok, "%v", c.err)
 	}
 }
+
+// One rule for a ticket ID given as text, for the API's paths and the
+// operator command's arguments alike: what each bad input gets.
+func TestParseTicketID(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"1", "4242", "999999999999999999"} {
+		_, err := supportflow.ParseTicketID(ok)
+		assert.NoError(t, err, ok)
+	}
+	id, err := supportflow.ParseTicketID("4242")
+	require.NoError(t, err)
+	assert.Equal(t, int64(4242), id)
+	for _, bad := range []string{"", "0", "-1", "+5", "007", "1e3", " 1", "abc", "1234567890123456789", strings.Repeat("9", 100)} {
+		_, err := supportflow.ParseTicketID(bad)
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "%q", bad)
+		assert.LessOrEqual(t, len(err.Error()), 120, "the error quotes at most 40 bytes of the input")
+	}
+	_, err = supportflow.ParseProposalID("p-1.a_B")
+	assert.NoError(t, err)
+	for _, bad := range []string{"", "a/b", "a b", strings.Repeat("x", 129)} {
+		_, err := supportflow.ParseProposalID(bad)
+		assert.ErrorIs(t, err, supportflow.ErrInvalidInput, "%q", bad)
+	}
+}

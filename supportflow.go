@@ -199,6 +199,36 @@ type ActionStatus struct {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
+// ticketIDPattern is a ticket ID as text: a positive decimal without sign
+// or leading zeros, at most 18 digits (so it always fits an int64).
+var ticketIDPattern = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
+
+// ParseTicketID reads a ticket ID given as text (a URL path, a command's
+// argument): the one rule for it. Anything else is an error wrapping
+// ErrInvalidInput that quotes at most 40 bytes of s.
+func ParseTicketID(s string) (int64, error) {
+	if !ticketIDPattern.MatchString(s) {
+		if len(s) > 40 {
+			s = s[:40] + "…"
+		}
+		return 0, fmt.Errorf("%w: ticket id %q must be a positive decimal integer", ErrInvalidInput, s)
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: ticket id %q: %v", ErrInvalidInput, s, err)
+	}
+	return id, nil
+}
+
+// ParseProposalID reads a proposal ID given as text; errors as
+// ValidateProposalID.
+func ParseProposalID(s string) (string, error) {
+	if err := ValidateProposalID(s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
 // ValidateTicketID reports whether id can be a Zendesk ticket ID.
 func ValidateTicketID(id int64) error {
 	if id <= 0 {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -74,18 +73,19 @@ func ticketArg(args []string) (int64, error) {
 }
 
 func parseTicket(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: ticket id %q must be a positive integer", errUsage, s)
+	id, err := supportflow.ParseTicketID(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return id, nil
 }
 
 func parseProposalID(s string) (string, error) {
-	if supportflow.ValidateProposalID(s) != nil {
-		return "", fmt.Errorf("%w: proposal id %q must be 1-128 characters of [A-Za-z0-9._-]", errUsage, s)
+	id, err := supportflow.ParseProposalID(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errUsage, err)
 	}
-	return s, nil
+	return id, nil
 }
 
 // parseTicketList parses "1,2,3": distinct positive ids, at most
@@ -105,9 +105,9 @@ func parseTicketList(s string) ([]int64, error) {
 		if p == "" {
 			return nil, fmt.Errorf("%w: --tickets item %d is empty", errUsage, i+1)
 		}
-		id, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || id <= 0 {
-			return nil, fmt.Errorf("%w: --tickets item %q must be a positive integer", errUsage, p)
+		id, err := supportflow.ParseTicketID(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --tickets item %d: %w", errUsage, i+1, err)
 		}
 		if seen[id] {
 			return nil, fmt.Errorf("%w: --tickets lists ticket %d twice", errUsage, id)

@@ -32,9 +32,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,7 +45,6 @@ import (
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/telemetry"
-	"github.com/supportflow/supportflow/internal/text"
 	"github.com/supportflow/supportflow/ledger"
 	"github.com/supportflow/supportflow/starter"
 )
@@ -354,16 +351,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-var ticketPattern = regexp.MustCompile(`^[1-9][0-9]{0,17}$`)
-
-// ticketID reads the {id} path value: a positive decimal, nothing else.
+// ticketID reads the {id} path value (supportflow.ParseTicketID).
 func ticketID(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	raw := r.PathValue("id")
-	if !ticketPattern.MatchString(raw) {
-		problem(w, http.StatusBadRequest, "invalid-ticket-id", "Invalid ticket id", fmt.Sprintf("ticket id %q must be a positive decimal integer", text.Clip(raw, 40)))
+	id, err := supportflow.ParseTicketID(r.PathValue("id"))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "invalid-ticket-id", "Invalid ticket id", err.Error())
 		return 0, false
 	}
-	id, _ := strconv.ParseInt(raw, 10, 64)
 	return id, true
 }
 
