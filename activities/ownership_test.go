@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +23,6 @@ import (
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 type ownerFixture struct {
@@ -37,12 +35,7 @@ const ownerTicket, ownerRequester = int64(31), int64(7001)
 
 func newOwnerFixture(t *testing.T) *ownerFixture {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testenv.MigratedPool(t)
 	const token = "subs-token"
 	subs := standin.NewSubscriptions(token)
 	srv := httptest.NewServer(subs)

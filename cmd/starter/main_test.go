@@ -10,12 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow/internal/testenv"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -321,18 +319,13 @@ func TestSplitArgs(t *testing.T) {
 }
 
 func TestParity_PrintsTheReport(t *testing.T) {
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = pool.Exec(context.Background(), `
+	pool := testenv.MigratedPool(t)
+	_, err := pool.Exec(context.Background(), `
 CREATE TABLE legacy (ticket_id bigint, order_count bigint);
 INSERT INTO legacy VALUES (1, 2), (2, 3);
 INSERT INTO ticket_enrichment (account, ticket_id, customer_id, lifetime_orders) VALUES ('acme', 1, 'c', 2);`)
 	require.NoError(t, err)
-	t.Setenv("DATABASE_URL", url)
+	t.Setenv("DATABASE_URL", pool.Config().ConnString())
 	t.Setenv("SUPPORTFLOW_ACCOUNT", "acme")
 	code, out, errOut := runCmd("parity", "--legacy-table", "legacy")
 	require.Equal(t, 0, code, errOut)

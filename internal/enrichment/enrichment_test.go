@@ -21,7 +21,6 @@ import (
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/testenv"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -40,12 +39,7 @@ type fixture struct {
 // (project "proj", location US) and a fresh database.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testenv.MigratedPool(t)
 	f := &fixture{pool: pool, store: enrichment.NewStore(pool, "acme"), bq: standin.NewBigQuery("proj")}
 	srv := httptest.NewServer(f.bq)
 	t.Cleanup(srv.Close)

@@ -17,7 +17,6 @@ import (
 	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -28,12 +27,7 @@ const account = "acme"
 // migrated database of its own.
 func newStore(t testing.TB) (*proposals.Store, *ledger.Ledger, *pgxpool.Pool) {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	_, err := migrations.MigrateURL(context.Background(), url)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testenv.MigratedPool(t)
 	return proposals.New(pool, account), ledger.New(pool, account), pool
 }
 
