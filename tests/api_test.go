@@ -195,7 +195,14 @@ func TestAPI_WebhookEnrichDraftApproveEndToEnd(t *testing.T) {
 		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
 	}, waitBudget, 50*time.Millisecond, "the webhook's event was enriched")
 
-	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond})
+	// The model is mid-answer, holding after a few tokens, until the
+	// stream has shown them: on a loaded machine a whole answer can come
+	// and go between two of the stream's polls.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseModel := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseModel)
+	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond, HoldAfter: 3, Hold: release})
 	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", ticket.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	var started api.DraftStarted
@@ -212,6 +219,7 @@ func TestAPI_WebhookEnrichDraftApproveEndToEnd(t *testing.T) {
 		}
 		if st.Progress != nil && st.Progress.Tokens > 0 {
 			sawTokens = true
+			releaseModel()
 		}
 		if st.State == supportflow.DraftAwaitingApproval && awaiting.Proposal == nil {
 			awaiting = st

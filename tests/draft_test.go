@@ -134,7 +134,9 @@ func TestDraft_SurvivesWorkerRestart(t *testing.T) {
 	s := newStack(t)
 	ticket := s.seedTicket("Please cancel my subscription.", "sub-1")
 	hit := make(chan struct{}, 4)
-	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit})
+	// The first answer holds after a few tokens (until the test ends), so
+	// the worker is killed mid-answer however loaded the machine is.
+	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit, HoldAfter: 3, Hold: heldUntilCleanup(t)})
 	s.startWorker()
 
 	d, err := s.starter.StartDraft(ctxT(t), ticket, "click")
@@ -470,7 +472,9 @@ func TestDraft_SupersedeWhileDraftingRedraftsInTheSameRun(t *testing.T) {
 	s := newStack(t)
 	ticket := s.seedTicket("Where is my order?")
 	hit := make(chan struct{}, 4)
-	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit})
+	// The first answer holds after a few tokens, so the customer's
+	// message always arrives mid-answer.
+	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit, HoldAfter: 3, Hold: heldUntilCleanup(t)})
 	s.startWorker()
 	run, err := s.starter.StartDraft(ctxT(t), ticket, "click")
 	require.NoError(t, err)
@@ -527,4 +531,12 @@ func mustDescribeRun(t *testing.T, s *stack, workflowID string) string {
 	d, err := s.temporal.DescribeWorkflowExecution(ctxT(t), workflowID, "")
 	require.NoError(t, err)
 	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+}
+
+// heldUntilCleanup is a ModelFault's Hold that is released when the test
+// ends, so a held answer never outlives it.
+func heldUntilCleanup(t *testing.T) <-chan struct{} {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	return hold
 }

@@ -72,6 +72,11 @@ type ModelFault struct {
 	// Arrived, if non-nil, is notified (non-blocking send) when a request
 	// the fault applies to arrives, so a test can act mid-call.
 	Arrived chan<- struct{}
+	// HoldAfter, when > 0 with Hold, stops the stream after that many
+	// chunks until Hold is closed (or the caller goes away): a model that
+	// is mid-answer for as long as a test needs to watch it.
+	HoldAfter int
+	Hold      <-chan struct{}
 }
 
 // modelFaults is the model's fault list, with the same Times semantics as
@@ -348,6 +353,13 @@ func (m *Model) stream(ctx context.Context, w http.ResponseWriter, req ChatReque
 		}
 		if i > 0 && !sleepContext(ctx, tokenDelay) {
 			return
+		}
+		if f != nil && f.Hold != nil && f.HoldAfter > 0 && i == f.HoldAfter {
+			select {
+			case <-f.Hold:
+			case <-ctx.Done():
+				return
+			}
 		}
 		if !send([]chunkChoiceJSON{{Delta: deltaJSON{Content: &piece}}}, nil) {
 			return

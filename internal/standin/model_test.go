@@ -463,3 +463,47 @@ func TestModelListen(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, draftTicketAnswer, got.Choices[0].Message.Content)
 }
+
+// HoldAfter stops the stream after that many chunks until Hold is closed:
+// the client has those chunks, and not one more, while it is held.
+func TestModelHoldsMidAnswer(t *testing.T) {
+	m, srv := newModelEnv(t, testModelKey)
+	hold := make(chan struct{})
+	m.Inject(ModelFault{HoldAfter: 3, Hold: hold})
+	stream := chatService(srv, testModelKey).NewStreaming(t.Context(), openai.ChatCompletionNewParams{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(draftTicketJSON)},
+	})
+	deltas := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		for stream.Next() {
+			if c := stream.Current(); len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+				deltas <- c.Choices[0].Delta.Content
+			}
+		}
+		done <- stream.Err()
+	}()
+	for range 3 {
+		select {
+		case <-deltas:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first chunks never came")
+		}
+	}
+	select {
+	case d := <-deltas:
+		t.Fatalf("a chunk past the hold arrived: %q", d)
+	case <-done:
+		t.Fatal("the stream ended while held")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(hold)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not finish once released")
+	}
+	assert.Equal(t, 1, m.Completions())
+}
