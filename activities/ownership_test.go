@@ -20,7 +20,7 @@ import (
 	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/standin"
 	"github.com/supportflow/supportflow/internal/subscriptions"
-	"github.com/supportflow/supportflow/internal/testenv"
+	"github.com/supportflow/supportflow/internal/testdb"
 	"github.com/supportflow/supportflow/internal/zendeskclient"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -35,7 +35,7 @@ const ownerTicket, ownerRequester = int64(31), int64(7001)
 
 func newOwnerFixture(t *testing.T) *ownerFixture {
 	t.Helper()
-	pool := testenv.MigratedPool(t)
+	pool := testdb.MigratedPool(t)
 	const token = "subs-token"
 	subs := standin.NewSubscriptions(token)
 	srv := httptest.NewServer(subs)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/supportflow/supportflow/internal/testdb"
 	"github.com/supportflow/supportflow/internal/testenv"
 )
 
@@ -319,7 +320,7 @@ func TestSplitArgs(t *testing.T) {
 }
 
 func TestParity_PrintsTheReport(t *testing.T) {
-	pool := testenv.MigratedPool(t)
+	pool := testdb.MigratedPool(t)
 	_, err := pool.Exec(context.Background(), `
 CREATE TABLE legacy (ticket_id bigint, order_count bigint);
 INSERT INTO legacy VALUES (1, 2), (2, 3);

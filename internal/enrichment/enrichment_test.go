@@ -20,6 +20,7 @@ import (
 	"github.com/supportflow/supportflow/internal/bqlookup"
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/standin"
+	"github.com/supportflow/supportflow/internal/testdb"
 	"github.com/supportflow/supportflow/internal/testenv"
 )
 
@@ -39,7 +40,7 @@ type fixture struct {
 // (project "proj", location US) and a fresh database.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	pool := testenv.MigratedPool(t)
+	pool := testdb.MigratedPool(t)
 	f := &fixture{pool: pool, store: enrichment.NewStore(pool, "acme"), bq: standin.NewBigQuery("proj")}
 	srv := httptest.NewServer(f.bq)
 	t.Cleanup(srv.Close)

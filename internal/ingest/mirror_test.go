@@ -13,6 +13,7 @@ import (
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/testdb"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -25,7 +26,7 @@ const account = "acme"
 // migrated database of its own.
 func newStore(t testing.TB) (*ingest.Store, *ledger.Ledger, *pgxpool.Pool) {
 	t.Helper()
-	pool := testenv.MigratedPool(t)
+	pool := testdb.MigratedPool(t)
 	return ingest.NewStore(pool, account), ledger.New(pool, account), pool
 }
 

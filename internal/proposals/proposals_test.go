@@ -15,6 +15,7 @@ import (
 	"github.com/supportflow/supportflow/internal/enrichment"
 	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/proposals"
+	"github.com/supportflow/supportflow/internal/testdb"
 	"github.com/supportflow/supportflow/internal/testenv"
 	"github.com/supportflow/supportflow/ledger"
 )
@@ -27,7 +28,7 @@ const account = "acme"
 // migrated database of its own.
 func newStore(t testing.TB) (*proposals.Store, *ledger.Ledger, *pgxpool.Pool) {
 	t.Helper()
-	pool := testenv.MigratedPool(t)
+	pool := testdb.MigratedPool(t)
 	return proposals.New(pool, account), ledger.New(pool, account), pool
 }
 

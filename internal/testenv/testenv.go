@@ -30,7 +30,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/supportflow/supportflow/internal/devenv"
-	"github.com/supportflow/supportflow/migrations"
 )
 
 // SearchAttributes are the custom search attributes (name → type such as
@@ -93,16 +92,6 @@ func Pool(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("testenv: opening pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	return pool
-}
-
-// MigratedPool is Pool on a database migrated to supportflow's schema.
-func MigratedPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	pool := Pool(t)
-	if _, err := migrations.MigrateURL(context.Background(), pool.Config().ConnString()); err != nil {
-		t.Fatalf("testenv: migrating: %v", err)
-	}
 	return pool
 }
 
