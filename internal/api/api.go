@@ -43,6 +43,7 @@ import (
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/ingest"
+	"github.com/supportflow/supportflow/internal/policy"
 	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/ledger"
@@ -442,7 +443,7 @@ func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK 
 // (supportflow.HTTPStatus), named by its type and never by its message.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	if status, ok := supportflow.HTTPStatus(err); ok && status < 500 {
-		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error_type", telemetry.ErrorClass(err))
+		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error_type", policy.ErrorClass(err))
 		problem(w, status, "refused", http.StatusText(status), "refused: "+refusalOf(err))
 		return
 	}

@@ -22,7 +22,7 @@ import (
 // Two layers keep it out of exported spans:
 //   - the Temporal tracing interceptor's spans are started through
 //     classifyingSpan (its SpanStarter hook), whose RecordError records the
-//     error's class (ErrorClass) as exception.type and error.type, without
+//     error's class (policy.ErrorClass) as exception.type and error.type, without
 //     exception.message, and whose SetStatus puts the class, not the
 //     message, in the status description. The interceptor records every
 //     failed span with RecordError and SetStatus(codes.Error, err.Error())
@@ -48,10 +48,6 @@ const (
 	exceptionEvent = "exception"
 )
 
-// ErrorClass names err's kind without its text (policy.ErrorClass, where
-// the workflows read it too).
-func ErrorClass(err error) string { return policy.ErrorClass(err) }
-
 // classifyingSpan records errors by class only (see the package's note
 // above): RecordError adds an exception event with exception.type and
 // sets error.type; SetStatus(codes.Error, …) describes the status with
@@ -73,7 +69,7 @@ func (s *classifyingSpan) RecordError(err error, _ ...trace.EventOption) {
 	if err == nil || !s.IsRecording() {
 		return
 	}
-	s.class = ErrorClass(err)
+	s.class = policy.ErrorClass(err)
 	s.Span.AddEvent(exceptionEvent, trace.WithAttributes(keyExceptionType.String(s.class)))
 	s.Span.SetAttributes(keyErrorType.String(s.class))
 }
@@ -167,7 +163,7 @@ func (s scrubbedSpan) Status() sdktrace.Status {
 	return st
 }
 
-// LogError is the log fields of err: its class (error_type, ErrorClass)
+// LogError is the log fields of err: its class (error_type, policy.ErrorClass)
 // always, and its message (error) only when no Temporal failure is in its
 // chain. A failure's message is what a workflow or activity said, which
 // can quote the model's answer or the customer's words; an
@@ -177,7 +173,7 @@ func LogError(err error) []any {
 	if err == nil {
 		return nil
 	}
-	fields := []any{"error_type", ErrorClass(err)}
+	fields := []any{"error_type", policy.ErrorClass(err)}
 	if !carriesFailureText(err) {
 		fields = append(fields, "error", err.Error())
 	}
@@ -214,7 +210,7 @@ func scrubKeyvals(keyvals []any) []any {
 	copy(out, keyvals)
 	for i := 0; i+1 < len(out); i += 2 {
 		if err, ok := out[i+1].(error); ok {
-			out[i+1] = ErrorClass(err)
+			out[i+1] = policy.ErrorClass(err)
 		}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/supportflow/supportflow/internal/policy"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -141,13 +142,13 @@ func TestSpans_OtherSpansAreScrubbedAtExport(t *testing.T) {
 }
 
 func TestErrorClass(t *testing.T) {
-	assert.Equal(t, "", ErrorClass(nil))
-	assert.Equal(t, "application:ModelTruncated", ErrorClass(fmt.Errorf("wrapped: %w",
+	assert.Equal(t, "", policy.ErrorClass(nil))
+	assert.Equal(t, "application:ModelTruncated", policy.ErrorClass(fmt.Errorf("wrapped: %w",
 		temporal.NewApplicationError(marker, "ModelTruncated"))))
-	assert.Equal(t, "context_deadline_exceeded", ErrorClass(fmt.Errorf("%s: %w", marker, context.DeadlineExceeded)))
-	assert.Equal(t, "*errors.errorString", ErrorClass(errors.New(marker)))
+	assert.Equal(t, "context_deadline_exceeded", policy.ErrorClass(fmt.Errorf("%s: %w", marker, context.DeadlineExceeded)))
+	assert.Equal(t, "*errors.errorString", policy.ErrorClass(errors.New(marker)))
 	// A Type is a name, never a way for text to reach a span.
-	assert.Equal(t, "application:said_hello_there", ErrorClass(temporal.NewApplicationError("x", "said hello there")))
+	assert.Equal(t, "application:said_hello_there", policy.ErrorClass(temporal.NewApplicationError("x", "said hello there")))
 
 	fields := LogError(temporal.NewApplicationError(marker, "InvalidModelOutput"))
 	assert.Equal(t, []any{"error_type", "application:InvalidModelOutput"}, fields, "a failure's message is not logged")
