@@ -51,7 +51,7 @@ const (
 // ErrorType is one kind of failure a caller can see: the ApplicationError
 // type a workflow or activity fails with, whether Temporal retries it
 // (policy.AppError makes every such error from the table), and the HTTP
-// status the API answers when it reaches a request (HTTPStatus).
+// status the API answers when it reaches a request (Refusal).
 type ErrorType struct {
 	Type       string
 	Retryable  bool
@@ -86,7 +86,7 @@ func LookupErrorType(t string) (ErrorType, bool) {
 
 // Sentinel errors, matched with errors.Is. Every layer wraps one of these
 // rather than defining its own; a route of the API answers each in its own
-// words, and any route that does not, by HTTPStatus.
+// words, and any route that does not, by Refusal.
 var (
 	// ErrInvalidInput is wrapped by every validation error, so callers can
 	// test with errors.Is.
@@ -106,27 +106,38 @@ var (
 	ErrAnswerConflict = errors.New("another proposal answers this ticket")
 )
 
-// HTTPStatus is the status the API answers for err where its route has
-// no answer of its own: the table's status of the ApplicationError type
-// err carries (a workflow's or an update's refusal), else the status of
-// the sentinel it wraps; ok is false for neither (an unexpected failure).
-// The type is read through its Type method, so this package needs no SDK.
-func HTTPStatus(err error) (status int, ok bool) {
+// sentinelStatus is each sentinel's HTTP status.
+var sentinelStatus = []struct {
+	err    error
+	status int
+}{
+	{ErrInvalidInput, http.StatusBadRequest},
+	{ErrNotFound, http.StatusNotFound},
+	{ErrConflict, http.StatusConflict},
+	{ErrNotAwaitingApproval, http.StatusConflict},
+	{ErrAnswerConflict, http.StatusConflict},
+}
+
+// Refusal says how the API answers err where its route has no answer of
+// its own: the table's status of the ApplicationError type err carries (a
+// workflow's or an update's refusal) and that type, else the status of the
+// sentinel it wraps and the sentinel's own words; ok is false for neither
+// (an unexpected failure). name is never err's message, which may quote a
+// customer. The type is read through its Type method, so this package
+// needs no SDK.
+func Refusal(err error) (status int, name string, ok bool) {
 	var typed interface{ Type() string }
 	if errors.As(err, &typed) {
 		if e, found := LookupErrorType(typed.Type()); found {
-			return e.HTTPStatus, true
+			return e.HTTPStatus, e.Type, true
 		}
 	}
-	switch {
-	case errors.Is(err, ErrInvalidInput):
-		return http.StatusBadRequest, true
-	case errors.Is(err, ErrNotFound):
-		return http.StatusNotFound, true
-	case errors.Is(err, ErrConflict), errors.Is(err, ErrNotAwaitingApproval), errors.Is(err, ErrAnswerConflict):
-		return http.StatusConflict, true
+	for _, s := range sentinelStatus {
+		if errors.Is(err, s.err) {
+			return s.status, s.err.Error(), true
+		}
 	}
-	return 0, false
+	return 0, "", false
 }
 
 // Approval is a person's approval of a proposal, as recorded.

@@ -50,26 +50,29 @@ func (e typedError) Error() string { return "the workflow said something about t
 func (e typedError) Type() string  { return e.typ }
 
 // What the API answers where its route has no answer of its own.
-func TestHTTPStatus(t *testing.T) {
+func TestRefusal(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		err    error
 		status int
+		name   string
 		ok     bool
 	}{
-		{fmt.Errorf("proposal 12: %w", supportflow.ErrNotFound), http.StatusNotFound, true},
-		{fmt.Errorf("%w: ticket id -1", supportflow.ErrInvalidInput), http.StatusBadRequest, true},
-		{fmt.Errorf("x: %w", supportflow.ErrAnswerConflict), http.StatusConflict, true},
-		{fmt.Errorf("x: %w", supportflow.ErrNotAwaitingApproval), http.StatusConflict, true},
-		{fmt.Errorf("x: %w", supportflow.ErrConflict), http.StatusConflict, true},
-		{fmt.Errorf("update: %w", typedError{supportflow.ErrTypeStaleProposal}), http.StatusConflict, true},
-		{typedError{supportflow.ErrTypeInvalidInput}, http.StatusBadRequest, true},
-		{typedError{supportflow.ErrTypeModelQuotaExhausted}, http.StatusServiceUnavailable, true},
-		{typedError{"SomethingElse"}, 0, false},
-		{errors.New("connection refused"), 0, false},
+		{fmt.Errorf("proposal 12: %w", supportflow.ErrNotFound), http.StatusNotFound, "not found", true},
+		{fmt.Errorf("%w: ticket id -1", supportflow.ErrInvalidInput), http.StatusBadRequest, "invalid input", true},
+		{fmt.Errorf("x: %w", supportflow.ErrAnswerConflict), http.StatusConflict, "another proposal answers this ticket", true},
+		{fmt.Errorf("x: %w", supportflow.ErrNotAwaitingApproval), http.StatusConflict, "proposal is not awaiting approval", true},
+		{fmt.Errorf("x: %w", supportflow.ErrConflict), http.StatusConflict, "already recorded with different content", true},
+		{fmt.Errorf("update: %w", typedError{supportflow.ErrTypeStaleProposal}), http.StatusConflict, supportflow.ErrTypeStaleProposal, true},
+		{typedError{supportflow.ErrTypeInvalidInput}, http.StatusBadRequest, supportflow.ErrTypeInvalidInput, true},
+		{typedError{supportflow.ErrTypeModelQuotaExhausted}, http.StatusServiceUnavailable, supportflow.ErrTypeModelQuotaExhausted, true},
+		{typedError{"SomethingElse"}, 0, "", false},
+		{errors.New("connection refused"), 0, "", false},
 	} {
-		status, ok := supportflow.HTTPStatus(c.err)
+		status, name, ok := supportflow.Refusal(c.err)
 		assert.Equal(t, c.status, status, "%v", c.err)
+		assert.Equal(t, c.name, name, "%v", c.err)
+		assert.NotContains(t, name, "customer", "never the error's message")
 		assert.Equal(t, c.ok, ok, "%v", c.err)
 	}
 }

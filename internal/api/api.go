@@ -440,11 +440,11 @@ func (s *Server) decodeBytes(w http.ResponseWriter, body []byte, v any, emptyOK 
 // A refusal the route did not answer in its own words (a workflow's
 // ApplicationError of a known type, or an error wrapping one of the
 // contract's sentinels) gets the contract's status instead
-// (supportflow.HTTPStatus), named by its type and never by its message.
+// (supportflow.Refusal), named by its type and never by its message.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, err error) {
-	if status, ok := supportflow.HTTPStatus(err); ok && status < 500 {
+	if status, name, ok := supportflow.Refusal(err); ok && status < 500 {
 		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "error_type", policy.ErrorClass(err))
-		problem(w, status, "refused", http.StatusText(status), "refused: "+refusalOf(err))
+		problem(w, status, "refused", http.StatusText(status), "refused: "+name)
 		return
 	}
 	s.log.Error("request failed", append([]any{"method", r.Method, "path", r.URL.Path}, telemetry.LogError(err)...)...)

@@ -78,22 +78,6 @@ func (s *Server) getDraft(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// refusalOf names what refused a request, without its text: the
-// ApplicationError's type, or the sentinel's own words.
-func refusalOf(err error) string {
-	var typed interface{ Type() string }
-	if errors.As(err, &typed) && typed.Type() != "" {
-		return typed.Type()
-	}
-	for _, sentinel := range []error{supportflow.ErrInvalidInput, supportflow.ErrNotFound, supportflow.ErrConflict,
-		supportflow.ErrNotAwaitingApproval, supportflow.ErrAnswerConflict} {
-		if errors.Is(err, sentinel) {
-			return sentinel.Error()
-		}
-	}
-	return "refused"
-}
-
 func (s *Server) draftError(w http.ResponseWriter, r *http.Request, id int64, err error) {
 	if errors.Is(err, starter.ErrNoDraft) {
 		problem(w, http.StatusNotFound, "no-draft", "No draft", fmt.Sprintf("ticket %d has no draft", id))
