@@ -142,11 +142,10 @@ func startStack(ctx context.Context, log io.Writer, topology string) (_ *stack, 
 		conn.Address = s.address
 	}
 	s.namespace = conn.Namespace
-	o := client.Options{Logger: sdklog.NewStructuredLogger(quietLogger())}
-	if err := conn.Apply(&o); err != nil {
+	o, err := conn.ClientOptions(sdklog.NewStructuredLogger(quietLogger()), keys)
+	if err != nil {
 		return nil, err
 	}
-	codec.Apply(&o, keys)
 	if s.temporal, err = client.DialContext(ctx, o); err != nil {
 		return nil, err
 	}
