@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// pruneBatch bounds one DELETE, so pruning never holds locks on many rows
-// at once.
-const pruneBatch = 5000
+// PruneBatch bounds one DELETE of a retention prune, so pruning never
+// holds locks on many rows at once.
+const PruneBatch = 5000
 
 // Pruned counts the rows a retention prune deleted, by table.
 type Pruned map[string]int64
@@ -20,26 +20,29 @@ type Pruned map[string]int64
 // proposals, after this: an approval stays while an action of its
 // proposal is left.)
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time) (Pruned, error) {
-	out := Pruned{}
-	n, err := pruneTable(ctx, l.db, "action", l.account, `state IN ('applied', 'failed', 'partial_failure', 'needs_attention')`, "updated_at", cutoff)
-	out["action"] = n
-	return out, err
+	n, err := PruneInBatches(ctx, l.db, "action", `DELETE FROM action WHERE ctid IN (SELECT ctid FROM action
+WHERE account = $1 AND state IN ('applied', 'failed', 'partial_failure', 'needs_attention') AND updated_at < $2 LIMIT $3)`,
+		l.account, cutoff)
+	if err != nil {
+		err = fmt.Errorf("ledger: %w", err)
+	}
+	return Pruned{"action": n}, err
 }
 
-// pruneTable deletes matching rows in batches until none are left. table,
-// where and column are constants of this package, never input.
-func pruneTable(ctx context.Context, db DB, table, account, where, column string, cutoff time.Time) (int64, error) {
+// PruneInBatches runs a retention prune's DELETE of table again until it
+// deletes fewer rows than a batch, and returns how many it deleted. stmt
+// is spelled out by the package that owns the table (so each table's
+// writer stays visible in its own package), with $1 the account, $2 the
+// cutoff and $3 the batch size (PruneBatch) as the LIMIT of its subquery.
+func PruneInBatches(ctx context.Context, db DB, table, stmt, account string, cutoff time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, fmt.Sprintf(`
-DELETE FROM %[1]s WHERE ctid IN (
-  SELECT ctid FROM %[1]s WHERE account = $1 AND %[2]s AND %[3]s < $2 LIMIT %[4]d)`, table, where, column, pruneBatch),
-			account, cutoff)
+		tag, err := db.Exec(ctx, stmt, account, cutoff, PruneBatch)
 		if err != nil {
-			return total, fmt.Errorf("ledger: prune %s: %w", table, err)
+			return total, fmt.Errorf("prune %s: %w", table, err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < pruneBatch {
+		if tag.RowsAffected() < PruneBatch {
 			return total, nil
 		}
 	}

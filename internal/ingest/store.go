@@ -302,19 +302,14 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (map[string]int64, 
 	out := map[string]int64{}
 	for _, q := range []struct{ table, sql string }{
 		{"ticket_event", `DELETE FROM ticket_event WHERE ctid IN (SELECT ctid FROM ticket_event
-WHERE account = $1 AND received_at < $2 AND (dispatched_at IS NOT NULL OR own_write) LIMIT 5000)`},
+WHERE account = $1 AND received_at < $2 AND (dispatched_at IS NOT NULL OR own_write) LIMIT $3)`},
 		{"reconcile_run", `DELETE FROM reconcile_run WHERE id IN (SELECT id FROM reconcile_run
-WHERE account = $1 AND finished_at < $2 LIMIT 5000)`},
+WHERE account = $1 AND finished_at < $2 LIMIT $3)`},
 	} {
-		for {
-			tag, err := s.db.Exec(ctx, q.sql, s.account, cutoff)
-			if err != nil {
-				return out, fmt.Errorf("ingest: prune %s: %w", q.table, err)
-			}
-			out[q.table] += tag.RowsAffected()
-			if tag.RowsAffected() < 5000 {
-				break
-			}
+		n, err := ledger.PruneInBatches(ctx, s.db, q.table, q.sql, s.account, cutoff)
+		out[q.table] = n
+		if err != nil {
+			return out, fmt.Errorf("ingest: %w", err)
 		}
 	}
 	return out, nil
