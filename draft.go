@@ -32,7 +32,10 @@ func DraftTerminal(state string) bool {
 // DraftRequest starts a DraftReply workflow.
 type DraftRequest struct {
 	TicketID int64 `json:"ticket_id"`
-	// Reason says who asked: "click", "scan" or "supersede".
+	// Reason says who asked: "click", "scan", "supersede", "needs-attention"
+	// (a held-back reply redrafted with its outcome) or
+	// "activity-during-execution" (the customer wrote while the previous
+	// proposal executed).
 	Reason string `json:"reason,omitempty"`
 	// Supersedes names the proposal this draft replaces after new customer
 	// activity (set by the workflow when it continues as new).
@@ -148,7 +151,9 @@ type DraftStatus struct {
 	// Redrafts counts restarts of this run after new customer activity
 	// while gathering or drafting.
 	Redrafts int `json:"redrafts,omitempty"`
-	// IgnoredActivity counts customer activity recorded while executing.
+	// IgnoredActivity counts customer activity recorded while executing;
+	// activity newer than the executed proposal's conversation redrafts
+	// once the execution has settled.
 	IgnoredActivity int    `json:"ignored_activity,omitempty"`
 	Supersedes      string `json:"supersedes,omitempty"`
 	Generation      int    `json:"generation,omitempty"`

@@ -30,7 +30,8 @@ type ReconcileResult struct {
 	// 1,000).
 	Repaired        int     `json:"repaired"`
 	RepairedTickets []int64 `json:"repaired_tickets,omitempty"`
-	// CaughtUp is true when both exports reached the present; false when
-	// the run's request budget ran out first (the next run continues).
+	// CaughtUp is true when both exports reached the present and no ticket
+	// is held; false when the budget ran out, the pass ended early or
+	// tickets are held (the next run continues).
 	CaughtUp bool `json:"caught_up"`
 }

@@ -75,6 +75,110 @@ func DraftWorkflowID(ticketID int64) string { return "draft/" + strconv.FormatIn
 // EvaluationWorkflowID is the workflow ID of an evaluation run.
 func EvaluationWorkflowID(runID string) string { return "eval/" + runID }
 
+// IDs builds the workflow and schedule IDs of one supportflow account, so
+// that accounts sharing a Temporal namespace never meet on an ID: with a
+// prefix, every ID is "{prefix}/" followed by the account-less ID
+// (DraftWorkflowID, ScanScheduleID, ...); without one (the zero IDs), the
+// IDs are exactly those, as every deployment before prefixes had them.
+//
+// The prefix is SUPPORTFLOW_ID_PREFIX. It must be set before an account's
+// first start: changing it on a live deployment leaves the running drafts,
+// enrichments and schedules under the old IDs, where nothing finds them.
+// A workflow that starts children derives the prefix from its own ID
+// (IDsOf, ScheduledIDsOf), which its history holds, so a replay builds
+// the same IDs whatever the worker is configured with.
+type IDs struct {
+	// Prefix is the account's prefix; "" for none. ValidateIDPrefix says
+	// which are allowed.
+	Prefix string
+}
+
+// IDPrefixSeparator separates an ID's account prefix from the rest.
+const IDPrefixSeparator = "/"
+
+// Scheduled-run names: the ID a schedule's action gives the runs it starts,
+// which Temporal suffixes with "-" and the run's nominal time.
+const (
+	scanAction           = "scan-tickets"
+	pruneAction          = "prune-retention"
+	reconcileAction      = "reconcile-tickets"
+	reconcileNowWorkflow = "reconcile-tickets-now"
+)
+
+var idPrefixPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,38}[a-z0-9])?$`)
+
+// ValidateIDPrefix checks an account's ID prefix: empty (no prefix), or 1
+// to 40 lower-case letters, digits, '-' and '_', starting and ending with
+// a letter or digit. It never holds the separator, so an ID splits back
+// into its prefix and the rest one way only.
+func ValidateIDPrefix(prefix string) error {
+	if prefix == "" || idPrefixPattern.MatchString(prefix) {
+		return nil
+	}
+	return fmt.Errorf("%w: ID prefix %q must be 1-40 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit", ErrInvalidInput, prefix)
+}
+
+func (ids IDs) id(s string) string {
+	if ids.Prefix == "" {
+		return s
+	}
+	return ids.Prefix + IDPrefixSeparator + s
+}
+
+// Draft is the workflow ID of a ticket's draft (DraftWorkflowID).
+func (ids IDs) Draft(ticketID int64) string { return ids.id(DraftWorkflowID(ticketID)) }
+
+// Enrich is the workflow ID of a ticket's enrichment (EnrichWorkflowID).
+func (ids IDs) Enrich(ticketID int64) string { return ids.id(EnrichWorkflowID(ticketID)) }
+
+// Execute is the workflow ID of a proposal's execution (ExecuteWorkflowID).
+func (ids IDs) Execute(proposalID string) string { return ids.id(ExecuteWorkflowID(proposalID)) }
+
+// Evaluation is the workflow ID of an evaluation run (EvaluationWorkflowID).
+func (ids IDs) Evaluation(runID string) string { return ids.id(EvaluationWorkflowID(runID)) }
+
+// ScanSchedule is the ID of the schedule that runs ScanTickets.
+func (ids IDs) ScanSchedule() string { return ids.id(ScanScheduleID) }
+
+// PruneSchedule is the ID of the schedule that runs PruneRetention.
+func (ids IDs) PruneSchedule() string { return ids.id(PruneScheduleID) }
+
+// ReconcileSchedule is the ID of the schedule that runs ReconcileTickets.
+func (ids IDs) ReconcileSchedule() string { return ids.id(ReconcileScheduleID) }
+
+// ScanAction, PruneAction and ReconcileAction are the IDs the schedules'
+// actions give their runs: a run's workflow ID is the action's ID, "-" and
+// its nominal time.
+func (ids IDs) ScanAction() string      { return ids.id(scanAction) }
+func (ids IDs) PruneAction() string     { return ids.id(pruneAction) }
+func (ids IDs) ReconcileAction() string { return ids.id(reconcileAction) }
+
+// ReconcileNow is the workflow ID of an on-demand reconciliation.
+func (ids IDs) ReconcileNow() string { return ids.id(reconcileNowWorkflow) }
+
+// IDsOf returns the IDs of the account a workflow belongs to, from its own
+// workflow ID and that ID's account-less form (DraftWorkflowID(ticket) for
+// a draft): the prefix is what precedes the separator and base. An ID of
+// any other shape (a test's, one given by hand) has no prefix.
+func IDsOf(workflowID, base string) IDs {
+	if p, ok := strings.CutSuffix(workflowID, IDPrefixSeparator+base); ok && p != "" && ValidateIDPrefix(p) == nil {
+		return IDs{Prefix: p}
+	}
+	return IDs{}
+}
+
+// ScanIDsOf returns the IDs of the account a ScanTickets run belongs to,
+// from its workflow ID: a run its schedule started is named
+// ScanAction()-{time}, so "{prefix}/scan-tickets-…" has the prefix and
+// anything else has none. A scan started by hand for a prefixed account
+// must be named the same way.
+func ScanIDsOf(workflowID string) IDs {
+	if p, rest, ok := strings.Cut(workflowID, IDPrefixSeparator); ok && strings.HasPrefix(rest, scanAction) && ValidateIDPrefix(p) == nil {
+		return IDs{Prefix: p}
+	}
+	return IDs{}
+}
+
 // Task-queue priorities (1 first, 5 last; Temporal's default is 3): work a
 // person waits on is handed to workers before work machines queued earlier
 // on the same task queue, the resource queues included (an approved reply's

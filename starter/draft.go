@@ -38,7 +38,7 @@ func (s *Starter) StartDraft(ctx context.Context, ticketID int64, reason string)
 	if err := req.Validate(); err != nil {
 		return Draft{}, err
 	}
-	id := supportflow.DraftWorkflowID(ticketID)
+	id := s.IDs.Draft(ticketID)
 	running := s.runningRun(ctx, id)
 	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
@@ -79,7 +79,7 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 	if err := supportflow.ValidateTicketID(ticketID); err != nil {
 		return supportflow.DraftStatus{}, err
 	}
-	id := supportflow.DraftWorkflowID(ticketID)
+	id := s.IDs.Draft(ticketID)
 	qctx, cancel := context.WithTimeout(ctx, cmp.Or(s.QueryTimeout, DefaultQueryTimeout))
 	v, err := s.Client.QueryWorkflow(qctx, id, "", supportflow.DraftQuery)
 	var deadline *serviceerror.DeadlineExceeded
@@ -124,7 +124,7 @@ func (s *Starter) DraftStatus(ctx context.Context, ticketID int64) (supportflow.
 // with none yet is gathering or drafting, by its pending activity.
 func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (supportflow.DraftStatus, error) {
 	st := supportflow.DraftStatus{TicketID: ticketID, WorkerUnavailable: true}
-	d, err := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+	d, err := s.Client.DescribeWorkflowExecution(ctx, s.IDs.Draft(ticketID), "")
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
@@ -156,7 +156,7 @@ func (s *Starter) draftFromRecords(ctx context.Context, ticketID int64) (support
 		st.State, st.Proposal, st.Error, st.ApprovedBy = p.State, &dp, p.Error, ""
 		if p.State == supportflow.DraftExecuting || p.State == supportflow.DraftDone || p.State == supportflow.DraftFailed {
 			st.ApprovedBy = p.DecidedBy
-			st.ExecutionWorkflowID = supportflow.ExecuteWorkflowID(p.ID)
+			st.ExecutionWorkflowID = s.IDs.Execute(p.ID)
 		}
 	case running:
 		st.State = pendingState(d.GetPendingActivities())
@@ -275,7 +275,7 @@ func (s *Starter) Approve(ctx context.Context, ticketID int64, r supportflow.App
 	case supportflow.DraftExecuting, supportflow.DraftDone, supportflow.DraftFailed:
 		if _, err := s.Approvals.GetApproval(ctx, p.ID); err == nil {
 			// Approved before: the same execution, whatever became of it.
-			return supportflow.ApproveResult{ProposalID: p.ID, ExecutionWorkflowID: supportflow.ExecuteWorkflowID(p.ID), AlreadyApproved: true}, nil
+			return supportflow.ApproveResult{ProposalID: p.ID, ExecutionWorkflowID: s.IDs.Execute(p.ID), AlreadyApproved: true}, nil
 		}
 	}
 	_, err = s.Approvals.RecordApproval(ctx, p.DraftProposal.Proposal(), r.ApprovedBy, r.OnBehalfOf, true)
@@ -310,7 +310,7 @@ func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, 
 		return err
 	}
 	h, err := s.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   supportflow.DraftWorkflowID(ticketID),
+		WorkflowID:   s.IDs.Draft(ticketID),
 		UpdateName:   name,
 		Args:         []any{arg},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -329,7 +329,7 @@ func (s *Starter) update(ctx context.Context, ticketID int64, name string, arg, 
 	case errors.As(err, &nf):
 		// The server answers NotFound both for a ticket never drafted and
 		// for a draft that has closed (an update needs a running workflow).
-		_, derr := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+		_, derr := s.Client.DescribeWorkflowExecution(ctx, s.IDs.Draft(ticketID), "")
 		switch {
 		case derr == nil:
 			return fmt.Errorf("%w: the draft of ticket %d has closed", ErrStaleProposal, ticketID)
@@ -347,7 +347,7 @@ func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow
 	if err := supportflow.ValidateTicketID(ticketID); err != nil {
 		return false, err
 	}
-	err := s.Client.SignalWorkflow(ctx, supportflow.DraftWorkflowID(ticketID), "", supportflow.SupersedeSignal, act)
+	err := s.Client.SignalWorkflow(ctx, s.IDs.Draft(ticketID), "", supportflow.SupersedeSignal, act)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return false, nil
@@ -362,8 +362,8 @@ func (s *Starter) Supersede(ctx context.Context, ticketID int64, act supportflow
 // Temporal Schedule that runs ScanTickets every interval, skipping a run
 // while the previous one still runs. It is safe to call at every start.
 func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration) error {
-	return s.ensureSchedule(ctx, supportflow.ScanScheduleID, interval, &client.ScheduleWorkflowAction{
-		ID:            "scan-tickets",
+	return s.ensureSchedule(ctx, s.IDs.ScanSchedule(), interval, &client.ScheduleWorkflowAction{
+		ID:            s.IDs.ScanAction(),
 		Workflow:      supportflow.ScanTicketsWorkflow,
 		Args:          []any{supportflow.ScanRequest{}},
 		TaskQueue:     s.taskQueue(),
@@ -375,8 +375,8 @@ func (s *Starter) EnsureScanSchedule(ctx context.Context, interval time.Duration
 // EnsurePruneSchedule creates, or updates, the Temporal Schedule that runs
 // PruneRetention once a day (overlap skip).
 func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
-	return s.ensureSchedule(ctx, supportflow.PruneScheduleID, 24*time.Hour, &client.ScheduleWorkflowAction{
-		ID:            "prune-retention",
+	return s.ensureSchedule(ctx, s.IDs.PruneSchedule(), 24*time.Hour, &client.ScheduleWorkflowAction{
+		ID:            s.IDs.PruneAction(),
 		Workflow:      supportflow.PruneRetentionWorkflow,
 		TaskQueue:     s.taskQueue(),
 		Priority:      temporal.Priority{PriorityKey: supportflow.PriorityMaintenance},
@@ -387,8 +387,8 @@ func (s *Starter) EnsurePruneSchedule(ctx context.Context) error {
 // EnsureReconcileSchedule creates, or updates to the given interval, the
 // Temporal Schedule that runs ReconcileTickets (overlap skip).
 func (s *Starter) EnsureReconcileSchedule(ctx context.Context, interval time.Duration) error {
-	return s.ensureSchedule(ctx, supportflow.ReconcileScheduleID, interval, &client.ScheduleWorkflowAction{
-		ID:            "reconcile-tickets",
+	return s.ensureSchedule(ctx, s.IDs.ReconcileSchedule(), interval, &client.ScheduleWorkflowAction{
+		ID:            s.IDs.ReconcileAction(),
 		Workflow:      supportflow.ReconcileTicketsWorkflow,
 		Args:          []any{supportflow.ReconcileRequest{}},
 		TaskQueue:     s.taskQueue(),
@@ -411,7 +411,8 @@ func (s *Starter) EnsureSchedules(ctx context.Context, scanInterval, reconcileIn
 }
 
 // ReconcileNowWorkflowID is the workflow ID of an on-demand
-// reconciliation; one runs at a time (a second request joins it).
+// reconciliation of an account without an ID prefix (IDs.ReconcileNow);
+// one runs at a time (a second request joins it).
 const ReconcileNowWorkflowID = "reconcile-tickets-now"
 
 // Reconcile runs a reconciliation now (or joins the one running on
@@ -419,7 +420,7 @@ const ReconcileNowWorkflowID = "reconcile-tickets-now"
 func (s *Starter) Reconcile(ctx context.Context) (supportflow.ReconcileResult, error) {
 	var res supportflow.ReconcileResult
 	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       ReconcileNowWorkflowID,
+		ID:                       s.IDs.ReconcileNow(),
 		TaskQueue:                s.taskQueue(),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -475,7 +476,7 @@ func (s *Starter) StartEvaluation(ctx context.Context, req supportflow.Evaluatio
 	if err := req.Validate(); err != nil {
 		return "", err
 	}
-	id := supportflow.EvaluationWorkflowID(req.RunID)
+	id := s.IDs.Evaluation(req.RunID)
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                s.taskQueue(),
@@ -495,7 +496,7 @@ func (s *Starter) EvaluationStatus(ctx context.Context, runID string) (supportfl
 	if err := supportflow.ValidateProposalID(runID); err != nil {
 		return st, err
 	}
-	v, err := s.Client.QueryWorkflow(ctx, supportflow.EvaluationWorkflowID(runID), "", supportflow.EvaluationQuery)
+	v, err := s.Client.QueryWorkflow(ctx, s.IDs.Evaluation(runID), "", supportflow.EvaluationQuery)
 	if err != nil {
 		return st, fmt.Errorf("starter: evaluation %s: %w", runID, err)
 	}

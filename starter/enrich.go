@@ -23,7 +23,7 @@ func (s *Starter) RecordTicketEvent(ctx context.Context, ev supportflow.TicketEv
 	if err := ev.Validate(); err != nil {
 		return "", err
 	}
-	run, err := s.Client.SignalWithStartWorkflow(ctx, supportflow.EnrichWorkflowID(ev.TicketID), supportflow.TicketEventSignal, ev,
+	run, err := s.Client.SignalWithStartWorkflow(ctx, s.IDs.Enrich(ev.TicketID), supportflow.TicketEventSignal, ev,
 		client.StartWorkflowOptions{
 			TaskQueue:             s.taskQueue(),
 			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -59,7 +59,7 @@ func (s *Starter) EnrichmentStatus(ctx context.Context, ticketID int64) (support
 	if err := supportflow.ValidateTicketID(ticketID); err != nil {
 		return st, err
 	}
-	v, err := s.Client.QueryWorkflow(ctx, supportflow.EnrichWorkflowID(ticketID), "", supportflow.EnrichmentQuery)
+	v, err := s.Client.QueryWorkflow(ctx, s.IDs.Enrich(ticketID), "", supportflow.EnrichmentQuery)
 	if err != nil {
 		return st, fmt.Errorf("starter: enrichment of ticket %d: %w", ticketID, err)
 	}

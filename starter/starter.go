@@ -25,6 +25,10 @@ type Starter struct {
 	// TaskQueue is where workflows are started; "" means
 	// supportflow.TaskQueue. It must match the workers' queue.
 	TaskQueue string
+	// IDs build the workflow and schedule IDs the starter starts, signals
+	// and reads: the account's prefix (SUPPORTFLOW_ID_PREFIX), the same as
+	// its workers'; the zero IDs have none.
+	IDs supportflow.IDs
 	// Proposals, when set, lets DraftStatus answer from PostgreSQL when no
 	// worker answers the draft's query in time.
 	Proposals ProposalReader
@@ -133,7 +137,7 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID, by string)
 		return Execution{}, fmt.Errorf("%w: proposal %s has been redrafted as %s; approve or reject that one (a rejected redraft lets this one be retried)", ErrNotRetryable, p.ID, newer)
 	}
 	if state := s.runningDraftState(ctx, p.TicketID); state != "" {
-		return Execution{}, fmt.Errorf("%w: ticket %d is being drafted again (%s is %s); approve or reject that draft instead", ErrNotRetryable, p.TicketID, supportflow.DraftWorkflowID(p.TicketID), state)
+		return Execution{}, fmt.Errorf("%w: ticket %d is being drafted again (%s is %s); approve or reject that draft instead", ErrNotRetryable, p.TicketID, s.IDs.Draft(p.TicketID), state)
 	}
 	key := supportflow.ActionKey(p.ID, 0)
 	state, err := l.ActionState(ctx, key)
@@ -163,7 +167,7 @@ func (s *Starter) Retry(ctx context.Context, l Proposals, proposalID, by string)
 // runningDraftState is the state of the ticket's running draft workflow
 // ("" when none runs, or it cannot be told).
 func (s *Starter) runningDraftState(ctx context.Context, ticketID int64) string {
-	d, err := s.Client.DescribeWorkflowExecution(ctx, supportflow.DraftWorkflowID(ticketID), "")
+	d, err := s.Client.DescribeWorkflowExecution(ctx, s.IDs.Draft(ticketID), "")
 	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return ""
 	}
@@ -223,7 +227,7 @@ func (s *Starter) start(ctx context.Context, p supportflow.Proposal) (Execution,
 	if err := p.Validate(); err != nil {
 		return Execution{}, err
 	}
-	id := supportflow.ExecuteWorkflowID(p.ID)
+	id := s.IDs.Execute(p.ID)
 	// The start call does not say whether it joined; a running execution
 	// seen just before it is the one it joins. A start racing in between
 	// is reported as started, which is harmless: either way there is one.
@@ -247,7 +251,7 @@ func (s *Starter) start(ctx context.Context, p supportflow.Proposal) (Execution,
 // statuses and as an error.
 func (s *Starter) WaitExecution(ctx context.Context, proposalID string) ([]supportflow.ActionStatus, error) {
 	var statuses []supportflow.ActionStatus
-	err := s.Client.GetWorkflow(ctx, supportflow.ExecuteWorkflowID(proposalID), "").Get(ctx, &statuses)
+	err := s.Client.GetWorkflow(ctx, s.IDs.Execute(proposalID), "").Get(ctx, &statuses)
 	return statuses, err
 }
 
@@ -257,7 +261,7 @@ func (s *Starter) ActionStates(ctx context.Context, proposalID string) ([]suppor
 	if err := supportflow.ValidateProposalID(proposalID); err != nil {
 		return nil, err
 	}
-	v, err := s.Client.QueryWorkflow(ctx, supportflow.ExecuteWorkflowID(proposalID), "", supportflow.ActionsQuery)
+	v, err := s.Client.QueryWorkflow(ctx, s.IDs.Execute(proposalID), "", supportflow.ActionsQuery)
 	if err != nil {
 		return nil, fmt.Errorf("starter: action states of %s: %w", proposalID, err)
 	}

@@ -66,14 +66,20 @@ type apiClient struct {
 	url string
 }
 
-func (s *stack) api() *apiClient {
+func (s *stack) api() *apiClient { return s.apiWith(nil) }
+
+// apiWith is api with its configuration changed by mod first.
+func (s *stack) apiWith(mod func(*api.Config)) *apiClient {
 	s.t.Helper()
 	keys, err := codec.ParseKeyring(s.payloadKeys, "test keys")
 	require.NoError(s.t, err)
-	srv, err := api.New(api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
+	cfg := api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
 		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond,
-		Codec: &codec.Codec{Keys: keys}, CodecTokens: []string{codecToken}, CodecOrigins: []string{webUIOrigin}, Namespace: "default"},
-		s.starter, s.ledger, s.pool, s.temporal, nil)
+		Codec: &codec.Codec{Keys: keys}, CodecTokens: []string{codecToken}, CodecOrigins: []string{webUIOrigin}, Namespace: "default"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := api.New(cfg, s.starter, s.ledger, s.pool, s.temporal, nil)
 	require.NoError(s.t, err)
 	hs := httptest.NewServer(srv)
 	relayDone := make(chan struct{})

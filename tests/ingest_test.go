@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -264,7 +265,7 @@ func TestIngestion_OwnWritesDoNotLoop(t *testing.T) {
 
 	// The reconciler, reading the same changes from the exports, repairs
 	// nothing: the webhooks delivered them all.
-	res, err := s.starter.Reconcile(ctxT(t))
+	res, err := s.reconcilePass("own-writes")
 	require.NoError(t, err)
 	assert.NotContains(t, res.RepairedTickets, tk.ID)
 	assert.Equal(t, 1, s.count(`SELECT count(*) FROM enrichment_run WHERE ticket_id = $1`, tk.ID), "still one lookup")
@@ -272,15 +273,18 @@ func TestIngestion_OwnWritesDoNotLoop(t *testing.T) {
 
 // 200 tickets, each opened and then written to again by its customer,
 // while Zendesk drops 20% of deliveries and the API process is SIGKILLed
-// mid-delivery six times (three in each burst). The reconciler repairs what was lost: every
-// ticket ends mirrored with its customer's last comment, enriched, and
-// drafted exactly once.
+// mid-delivery six times (three in each burst). The reconciler repairs
+// what was lost, although the worker is SIGKILLed during its pass (it
+// goes on from the pages it saved): every ticket ends mirrored with its
+// customer's last comment, enriched, and drafted exactly once.
 func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	t.Parallel()
 	const tickets = 200
 	s := newStack(t)
 	s.extraEnv = append([]string{"SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY=300ms", "SUPPORTFLOW_ENRICH_UPDATE_DELAY=300ms"}, fastReconcile...)
-	s.zd.SetExports(standin.ExportConfig{Lag: time.Second, Limit: 1000})
+	// Pages of 100 events: the pass reads several, and the worker dies
+	// in the middle of them.
+	s.zd.SetExports(standin.ExportConfig{Lag: time.Second, Limit: 1000, EventsPageLimit: 100})
 	s.startWorker()
 	a := s.startAPIProcess()
 	s.zd.SetWebhook(standin.WebhookConfig{URL: a.url + "/webhooks/zendesk", Secret: webhookSecret, DropRate: 0.2, Seed: 11,
@@ -325,17 +329,49 @@ func TestIngestion_LostDeliveriesAreRepaired(t *testing.T) {
 	require.Positive(t, stats.ByStatus[-1], "the kills cut deliveries off mid-flight")
 
 	// Past the exports' lag, the reconciler repairs what the webhooks lost.
+	// Its third event page is held up and the worker SIGKILLed meanwhile:
+	// the activity's next attempt goes on from the pages saved.
 	time.Sleep(1500 * time.Millisecond)
+	var eventPages atomic.Int32
+	held := make(chan struct{}, 1)
+	hold := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/api/v2/incremental/ticket_events.json" || eventPages.Add(1) != 3 {
+			return false
+		}
+		held <- struct{}{}
+		time.Sleep(3 * time.Second)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	s.zdGate.intercept.Store(&hold)
+	t.Cleanup(func() { s.zdGate.intercept.Store(nil) })
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		select {
+		case <-held:
+			s.killWorker()
+			s.startWorker()
+		case <-time.After(3 * waitBudget):
+		}
+	}()
 	repaired := 0
-	for range 3 {
-		res, err := s.starter.Reconcile(ctxT(t))
+	for pass := range 3 {
+		// A workflow ID of this test's own (the on-demand ID is shared by
+		// every stack on the server).
+		res, err := s.reconcilePass(fmt.Sprintf("lost-%d", pass))
 		require.NoError(t, err)
 		repaired += res.Repaired
 		t.Logf("reconcile: %+v", struct{ Read, Events, Requests, Repaired int }{res.TicketsRead, res.EventsRead, res.Requests, res.Repaired})
+		if pass == 0 {
+			<-killed
+			require.GreaterOrEqual(t, eventPages.Load(), int32(3), "the worker was killed during the pass")
+		}
 		if res.CaughtUp {
 			break
 		}
 	}
+	s.zdGate.intercept.Store(nil)
 	assert.Greater(t, repaired, 0, "the reconciler repaired lost deliveries")
 
 	for i, id := range ids {

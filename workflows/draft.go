@@ -34,9 +34,13 @@ func LoadTicketDeadline(d policy.Durations) time.Duration {
 
 // draft is one DraftReply run's state, shared by its handlers.
 type draft struct {
-	w        *Workflows
-	d        policy.Durations
-	req      supportflow.DraftRequest
+	w   *Workflows
+	d   policy.Durations
+	req supportflow.DraftRequest
+	// ids are the IDs of the draft's account, derived from its own
+	// workflow ID ({prefix}/draft/{ticket}), which its history holds: the
+	// execution's ID is built from them.
+	ids      supportflow.IDs
 	st       supportflow.DraftStatus
 	approval *supportflow.ApproveRequest
 	reject   *supportflow.RejectRequest
@@ -49,6 +53,10 @@ type draft struct {
 	// makes customer activity no newer than it leave the draft alone.
 	seenThrough time.Time
 	ignoreStale bool
+	// newsWhileExecuting is set when customer activity that is news to the
+	// executed proposal (isNews) arrives while it executes: once the
+	// execution settles, the ticket is drafted again (versionRedraftAfterActivity).
+	newsWhileExecuting bool
 	// promptTokens and completionTokens are what this run's drafts cost,
 	// as the model server counted them (DraftProposal's usage); attention
 	// is set when its execution held the reply back (needs_attention).
@@ -60,13 +68,15 @@ type draft struct {
 }
 
 // DraftReply drafts a reply to a ticket and, once a human approves it,
-// executes it. Its workflow ID is DraftWorkflowID(ticket), started with
+// executes it. Its workflow ID is IDs.Draft(ticket) (DraftWorkflowID
+// behind the account's prefix, if any), started with
 // conflict policy USE_EXISTING, so a double click or a scan racing a click
 // joins the running draft.
 //
 //	gathering -> drafting -> awaiting_approval -> executing -> done
 //	                                     \-> rejected | superseded | expired
 //	any live state -> failed (with the error)
+//	executing -> done | failed, the customer wrote meanwhile -> next run
 //
 // The state is returned by DraftQuery and kept in the SupportflowState
 // search attribute, beside SupportflowTicketID and SupportflowProposalID.
@@ -82,7 +92,11 @@ type draft struct {
 //     drafting, the in-flight activity is cancelled and the draft restarts
 //     with the new conversation; while awaiting approval, the proposal is
 //     marked superseded and a fresh draft starts (continue-as-new); once
-//     executing, it is counted and ignored.
+//     executing, it is counted and does not stop the execution, but
+//     activity newer than the conversation the proposal answered is
+//     remembered, and once the execution has settled the ticket is drafted
+//     again (continue-as-new, reason "activity-during-execution"), so the
+//     customer's new message is answered.
 //   - A proposal not approved within ProposalExpiry (72 h) ends expired.
 //
 // A draft that cannot be produced (the model failed its two attempts, the
@@ -96,6 +110,7 @@ func (w *Workflows) DraftReply(ctx workflow.Context, req supportflow.DraftReques
 			Supersedes: req.Supersedes, Generation: req.Generation,
 		},
 		supersede: workflow.GetSignalChannel(ctx, supportflow.SupersedeSignal),
+		ids:       supportflow.IDsOf(workflow.GetInfo(ctx).WorkflowExecution.ID, supportflow.DraftWorkflowID(req.TicketID)),
 	}
 	if err := dr.register(ctx); err != nil {
 		return dr.st, err
@@ -123,7 +138,7 @@ func (dr *draft) register(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, supportflow.ApproveUpdate,
 		func(ctx workflow.Context, r supportflow.ApproveRequest) (supportflow.ApproveResult, error) {
-			res := supportflow.ApproveResult{ProposalID: r.ProposalID, ExecutionWorkflowID: supportflow.ExecuteWorkflowID(r.ProposalID)}
+			res := supportflow.ApproveResult{ProposalID: r.ProposalID, ExecutionWorkflowID: dr.ids.Execute(r.ProposalID)}
 			if dr.approval != nil {
 				res.AlreadyApproved = true
 				return res, nil
@@ -294,7 +309,7 @@ func (dr *draft) takeActivity(ctx workflow.Context) bool {
 		if !dr.supersede.ReceiveAsync(&act) {
 			break
 		}
-		if !dr.ignoreStale || dr.seenThrough.IsZero() || act.At.IsZero() || act.At.Truncate(time.Second).After(dr.seenThrough) {
+		if dr.isNews(act) {
 			news = true
 		}
 	}
@@ -303,6 +318,36 @@ func (dr *draft) takeActivity(ctx workflow.Context) bool {
 			"ticket_id", dr.req.TicketID, "seen_through", dr.seenThrough)
 	}
 	return news
+}
+
+// isNews says whether customer activity is news to the current draft: newer
+// (to Zendesk's whole second) than the newest comment it read, or of
+// unknown time, or before the draft read anything. Without the versioned
+// change (versionIgnoreStaleActivity), all activity is news.
+func (dr *draft) isNews(act supportflow.TicketActivity) bool {
+	return !dr.ignoreStale || dr.seenThrough.IsZero() || act.At.IsZero() || act.At.Truncate(time.Second).After(dr.seenThrough)
+}
+
+// noteWhileExecuting records customer activity that arrived while the
+// approved proposal executes: counted (IgnoredActivity: the execution goes
+// on), and remembered when it is news to the proposal.
+func (dr *draft) noteWhileExecuting(act supportflow.TicketActivity) {
+	dr.st.IgnoredActivity++
+	if dr.isNews(act) {
+		dr.newsWhileExecuting = true
+	}
+}
+
+// takeWhileExecuting takes the supersede signals still buffered (delivered
+// in the same workflow task as the execution's end) into noteWhileExecuting.
+func (dr *draft) takeWhileExecuting() {
+	for {
+		var act supportflow.TicketActivity
+		if !dr.supersede.ReceiveAsync(&act) {
+			return
+		}
+		dr.noteWhileExecuting(act)
+	}
 }
 
 // drainSupersede takes every pending supersede signal: activity that
@@ -493,11 +538,11 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		for {
 			var act supportflow.TicketActivity
 			dr.supersede.Receive(ctx, &act)
-			dr.st.IgnoredActivity++
+			dr.noteWhileExecuting(act)
 		}
 	})
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID: supportflow.ExecuteWorkflowID(p.ID),
+		WorkflowID: dr.ids.Execute(p.ID),
 		// An approved execution runs first, whatever its draft's priority
 		// (the SDK does not compare priorities on replay).
 		Priority:              temporal.Priority{PriorityKey: supportflow.PriorityExecution},
@@ -513,10 +558,10 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 		dr.markProposal(ctx, p.ID, supportflow.DraftExecuting, dr.approval.ApprovedBy, "")
 	}
 	err := child.Get(ctx, &statuses)
+	var started *temporal.ChildWorkflowExecutionAlreadyStartedError
 	if err != nil {
-		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
 		if errors.As(err, &started) {
-			err = fmt.Errorf("%s was started outside this draft; follow it there: %w", supportflow.ExecuteWorkflowID(p.ID), err)
+			err = fmt.Errorf("%s was started outside this draft; follow it there: %w", dr.ids.Execute(p.ID), err)
 		}
 		dr.st.Error = errorMessage(err)
 		dr.markProposal(ctx, p.ID, supportflow.DraftFailed, "", dr.st.Error)
@@ -533,11 +578,21 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 			workflow.GetVersion(ctx, versionRedraftAfterAttention, workflow.DefaultVersion, 1) == 1 {
 			// The reply was held back because a cancellation was refused:
 			// draft again, knowing it, so the customer is answered truthfully.
+			// (The redraft reads the conversation as it is now, so it also
+			// answers anything the customer wrote during the execution.)
 			workflow.GetLogger(ctx).Info("the approved reply was held back; drafting again with the outcome", "proposal_id", p.ID)
 			return dr.st, workflow.NewContinueAsNewErrorWithOptions(ctx, redraftOnCurrentBuild, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
 				TicketID: dr.req.TicketID, Reason: "needs-attention", Supersedes: p.ID, Generation: dr.req.Generation + 1,
 				Outcome: outcome,
 			})
+		}
+		// The execution failed otherwise: its reply did not go out, or may
+		// be on the ticket after all. A customer who wrote meanwhile is
+		// still answered: the redraft reads the ticket as it now stands.
+		// An execution started outside this draft has not settled here;
+		// it is followed there, and not redrafted.
+		if !errors.As(err, &started) && dr.redraftForActivity(ctx) {
+			return dr.st, dr.redraftAfterActivity(ctx, p)
 		}
 		return dr.st, policy.AppError(
 			fmt.Sprintf("executing proposal %s failed: %s", p.ID, dr.st.Error), supportflow.ErrTypeActionFailed, err)
@@ -545,8 +600,39 @@ func (dr *draft) execute(ctx workflow.Context, p supportflow.DraftProposal) (sup
 	dr.markProposal(ctx, p.ID, supportflow.DraftDone, "", "")
 	dr.setState(ctx, supportflow.DraftDone)
 	dr.settle(ctx)
+	if dr.redraftForActivity(ctx) {
+		return dr.st, dr.redraftAfterActivity(ctx, p)
+	}
 	return dr.st, nil
 }
+
+// redraftForActivity says whether customer activity that is news to the
+// executed proposal arrived while it executed, so the ticket is drafted
+// again now that the execution has settled: the approved reply made the
+// agent speak last, and neither the scan nor a supersede would otherwise
+// draft the customer's new message. The version marker is read only when
+// there is such activity, so no other history gains a command.
+func (dr *draft) redraftForActivity(ctx workflow.Context) bool {
+	dr.takeWhileExecuting()
+	if !dr.newsWhileExecuting {
+		return false
+	}
+	return workflow.GetVersion(ctx, versionRedraftAfterActivity, workflow.DefaultVersion, 1) == 1
+}
+
+// redraftAfterActivity continues as new to draft the ticket again, after
+// an execution during which the customer wrote.
+func (dr *draft) redraftAfterActivity(ctx workflow.Context, p supportflow.DraftProposal) error {
+	workflow.GetLogger(ctx).Info("the customer wrote while the approved proposal executed; drafting again",
+		"proposal_id", p.ID, "state", dr.st.State)
+	return workflow.NewContinueAsNewErrorWithOptions(ctx, redraftOnCurrentBuild, supportflow.DraftReplyWorkflow, supportflow.DraftRequest{
+		TicketID: dr.req.TicketID, Reason: ReasonActivityDuringExecution, Supersedes: p.ID, Generation: dr.req.Generation + 1,
+	})
+}
+
+// ReasonActivityDuringExecution is the DraftRequest.Reason of a draft
+// started because the customer wrote while the previous proposal executed.
+const ReasonActivityDuringExecution = "activity-during-execution"
 
 // redraftOnCurrentBuild starts a draft continued as new (the customer wrote
 // again, a held-back reply is redrafted) on the deployment's current build:

@@ -414,25 +414,91 @@ func TestDraftReply_StaleActivityLeavesTheProposalAlone(t *testing.T) {
 	assert.Equal(t, 1, n)
 }
 
-// Activity after approval is recorded and ignored: the execution goes on.
-func TestDraftReply_SupersedeWhileExecutingIsIgnored(t *testing.T) {
-	w := newDraftWorld(t)
-	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
+// executeWithActivity drafts ticket, approves the proposal at 1 h and,
+// while the reply is being posted, signals customer activity at the time
+// at returns (given the proposal awaiting approval). It returns the
+// proposal that was approved.
+func (w *draftWorld) executeWithActivity(ticket int64, at func(p *supportflow.DraftProposal) time.Time) *supportflow.DraftProposal {
+	var approved *supportflow.DraftProposal
 	w.env.OnActivity("PostReply", mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in supportflow.ActionInput) (supportflow.PostReplyResult, error) {
-			w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: time.Now()})
+			w.env.SignalWorkflow(supportflow.SupersedeSignal, supportflow.TicketActivity{At: at(approved), Source: "webhook"})
 			return w.h.Activities.PostReply(ctx, in)
 		})
 	w.env.RegisterDelayedCallback(func() {
 		st := w.status()
+		require.NotNil(w.t, st.Proposal)
+		approved = st.Proposal
 		w.approve("a", st.Proposal.ID, "")
 	}, time.Hour)
 	w.env.ExecuteWorkflow(supportflow.DraftReplyWorkflow, supportflow.DraftRequest{TicketID: ticket})
+	require.NotNil(w.t, approved, "the draft awaited approval")
+	return approved
+}
+
+// Activity after approval that the proposal already answered (a late
+// delivery of the comment it read) is counted and ignored: the execution
+// goes on, and the draft ends done.
+func TestDraftReply_StaleActivityWhileExecutingIsIgnored(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
+	w.executeWithActivity(ticket, func(p *supportflow.DraftProposal) time.Time {
+		return p.ConversationThrough.Add(300 * time.Millisecond)
+	})
 	st := w.result()
 	require.NoError(t, w.env.GetWorkflowError())
 	assert.Equal(t, supportflow.DraftDone, st.State)
 	assert.Equal(t, 1, st.IgnoredActivity)
 	assert.Equal(t, 1, w.h.Zendesk.CommentCount(ticket))
+}
+
+// The customer writes while the approved reply is being posted: the
+// execution goes on (one reply), and once it is done the ticket is drafted
+// again, superseding the executed proposal, so the new message is answered.
+func TestDraftReply_NewActivityWhileExecutingRedraftsAfterIt(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Please cancel my subscription.", "sub-1")
+	p := w.executeWithActivity(ticket, func(p *supportflow.DraftProposal) time.Time {
+		return p.ConversationThrough.Add(5 * time.Second)
+	})
+	require.True(t, w.env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, w.env.GetWorkflowError(), &can, "the draft continues as new once the execution is done")
+	var next supportflow.DraftRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	assert.Equal(t, supportflow.DraftRequest{TicketID: ticket, Reason: workflows.ReasonActivityDuringExecution, Supersedes: p.ID, Generation: 1}, next)
+	st := w.status()
+	assert.Equal(t, supportflow.DraftDone, st.State, "the execution itself completed")
+	assert.Equal(t, 1, st.IgnoredActivity, "the activity did not stop the execution")
+	assert.Equal(t, 1, w.h.Zendesk.CommentCount(ticket), "exactly one reply for the executed proposal")
+	assert.Equal(t, 1, w.h.Subscriptions.Cancellations("sub-1"))
+	row, err := w.h.Proposals.GetProposal(context.Background(), p.ID)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.DraftDone, row.State, "the executed proposal stays done, not superseded")
+}
+
+// The customer writes while the approved reply is being posted, and the
+// execution fails (Zendesk refuses the reply for good): the draft does not
+// end failed with the customer's message unread; it drafts again.
+func TestDraftReply_NewActivityWhileAFailedExecutionRanRedrafts(t *testing.T) {
+	w := newDraftWorld(t)
+	ticket := w.seedTicket("Where is my order?")
+	w.env.RegisterDelayedCallback(func() {
+		w.h.Zendesk.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Status: 404, Times: -1})
+	}, 30*time.Minute)
+	p := w.executeWithActivity(ticket, func(p *supportflow.DraftProposal) time.Time {
+		return p.ConversationThrough.Add(5 * time.Second)
+	})
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, w.env.GetWorkflowError(), &can)
+	var next supportflow.DraftRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	assert.Equal(t, supportflow.DraftRequest{TicketID: ticket, Reason: workflows.ReasonActivityDuringExecution, Supersedes: p.ID, Generation: 1}, next)
+	assert.Equal(t, supportflow.DraftFailed, w.status().State, "the execution failed")
+	assert.Zero(t, w.h.Zendesk.CommentCount(ticket))
+	row, err := w.h.Proposals.GetProposal(context.Background(), p.ID)
+	require.NoError(t, err)
+	assert.Equal(t, supportflow.DraftFailed, row.State)
 }
 
 // Bad input gets a clear, final error and starts nothing.

@@ -111,6 +111,18 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			ev = supportflow.TicketEvent{}
 		}
 	}
+	// continueAsNew ends the run, carrying every event not yet looked up
+	// into the next one: first it drains the signal channel, so an event
+	// buffered at this moment (delivered in the same workflow task, or
+	// while a selector took only the first of several) is carried, not
+	// dropped with the run. Draining reads only what history already holds,
+	// so it adds no command and replays unchanged.
+	continueAsNew := func() error {
+		drain()
+		return workflow.NewContinueAsNewError(ctx, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{
+			TicketID: req.TicketID, Pending: events, Lookups: st.Lookups,
+		})
+	}
 	runLookups := 0
 	for {
 		drain()
@@ -121,9 +133,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 			return st, nil
 		}
 		if runLookups >= lookupsPerRun {
-			return st, workflow.NewContinueAsNewError(ctx, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{
-				TicketID: req.TicketID, Pending: events, Lookups: st.Lookups,
-			})
+			return st, continueAsNew()
 		}
 		// Wait until the newest event's delay has passed, merging events
 		// that arrive meanwhile; a ticket that never goes quiet is looked
@@ -133,9 +143,7 @@ func (w *Workflows) EnrichTicket(ctx workflow.Context, req supportflow.EnrichReq
 		setState(supportflow.EnrichWaiting)
 		for {
 			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-				return st, workflow.NewContinueAsNewError(ctx, supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{
-					TicketID: req.TicketID, Pending: events, Lookups: st.Lookups,
-				})
+				return st, continueAsNew()
 			}
 			due := dueAt(events, delays)
 			st.NextLookupAt, st.Merged = due, len(events)

@@ -351,3 +351,68 @@ func TestEnrichTicket_ContinuesAsNewAfter25LookupsCarryingEvents(t *testing.T) {
 	require.Len(t, next.Pending, 1, "the event that arrived during the last lookup is carried, not lost")
 	assert.Equal(t, supportflow.TicketUpdated, next.Pending[0].Kind)
 }
+
+// Events buffered when Temporal suggests continuing as new are carried
+// into the next run, not dropped with this one: three events arrive in one
+// workflow task while the run waits (its selector takes the first, the
+// other two stay in the channel) just as the suggestion comes; the next
+// run's input holds all of them, and its one lookup covers all of them.
+func TestEnrichTicket_ContinueAsNewKeepsBufferedSignals(t *testing.T) {
+	w := newDraftWorld(t)
+	start := w.env.Now()
+	sent := []supportflow.TicketEvent{
+		{TicketID: 7, Kind: supportflow.TicketUpdated, RequesterID: 9101},
+		{TicketID: 7, Kind: supportflow.TicketUpdated, RequesterID: 9102},
+		{TicketID: 7, Kind: supportflow.TicketUpdated, RequesterID: 9103},
+	}
+	w.env.RegisterDelayedCallback(func() {
+		w.env.SetContinueAsNewSuggested(true)
+		// Delivered in one workflow task, as the server does with signals
+		// that arrived together: the first two without a task of their
+		// own, the last with it.
+		for i := range sent {
+			sent[i].At = w.env.Now()
+			if i < len(sent)-1 {
+				w.env.SignalWorkflowSkippingWorkflowTask(supportflow.TicketEventSignal, sent[i])
+			} else {
+				w.env.SignalWorkflow(supportflow.TicketEventSignal, sent[i])
+			}
+		}
+	}, time.Minute)
+	w.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(context.Context, supportflow.LookupInput) (supportflow.LookupOutput, error) {
+			t.Error("the first run must continue as new before its lookup is due")
+			return supportflow.LookupOutput{}, nil
+		}).Maybe()
+	w.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, supportflow.EnrichRequest{TicketID: 7,
+		Pending: []supportflow.TicketEvent{event(7, supportflow.TicketCreated, start)}})
+	require.True(t, w.env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, w.env.GetWorkflowError(), &can, "the suggestion was taken")
+	var next supportflow.EnrichRequest
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.Len(t, next.Pending, 1+len(sent), "the pending event and every signalled one are carried")
+	var carried []int64
+	for _, ev := range next.Pending[1:] {
+		carried = append(carried, ev.RequesterID)
+	}
+	assert.Equal(t, []int64{9101, 9102, 9103}, carried, "in the order they arrived")
+
+	// The next run looks the ticket up once, covering every carried event
+	// (the newest event's requester is the one looked up).
+	w2 := newDraftWorld(t)
+	var inputs []supportflow.LookupInput
+	w2.env.OnActivity("LookupCustomer", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in supportflow.LookupInput) (supportflow.LookupOutput, error) {
+			inputs = append(inputs, in)
+			return supportflow.LookupOutput{RunID: 1, RequesterID: in.RequesterID, Found: true}, nil
+		})
+	w2.env.ExecuteWorkflow(supportflow.EnrichTicketWorkflow, next)
+	require.NoError(t, w2.env.GetWorkflowError())
+	var st supportflow.EnrichmentStatus
+	require.NoError(t, w2.env.GetWorkflowResult(&st))
+	require.Len(t, inputs, 1, "one lookup for the carried events")
+	assert.Equal(t, int64(9103), inputs[0].RequesterID)
+	assert.Equal(t, 1+len(sent), st.Merged, "the lookup covered every carried event")
+	assert.Equal(t, supportflow.EnrichEnriched, st.State)
+}

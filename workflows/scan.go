@@ -31,6 +31,10 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 		return supportflow.ScanResult{}, policy.AppError(err.Error(), supportflow.ErrTypeInvalidInput, err)
 	}
 	d := w.durations()
+	// The drafts are the scan's account's: the prefix comes from the
+	// scan's own ID ({prefix}/scan-tickets-{time}), which its history
+	// holds, so a replay starts the same children.
+	ids := supportflow.ScanIDsOf(workflow.GetInfo(ctx).WorkflowExecution.ID)
 	var res supportflow.ScanResult
 	setDetails(ctx, "scan", "finding draft candidates")
 	fctx := w.activityOptions(ctx, policy.KindLedger, d.Lease, false, fmt.Sprintf("find draft candidates, limit %d", limit))
@@ -41,7 +45,7 @@ func (w *Workflows) ScanTickets(ctx workflow.Context, req supportflow.ScanReques
 	children := make([]workflow.ChildWorkflowFuture, len(res.Candidates))
 	for i, ticket := range res.Candidates {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID: supportflow.DraftWorkflowID(ticket),
+			WorkflowID: ids.Draft(ticket),
 			// Below a draft a person asked for, above the scan itself.
 			Priority:              temporal.Priority{PriorityKey: supportflow.PriorityScannedDraft},
 			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,

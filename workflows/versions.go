@@ -174,6 +174,22 @@ const (
 	// Retire: the rule.
 	versionIgnoreStaleActivity = "draft-ignore-stale-activity"
 
+	// versionRedraftAfterActivity drafts a ticket again (continue-as-new,
+	// reason "activity-during-execution", superseding the executed
+	// proposal) when customer activity newer than the conversation the
+	// proposal answered arrived while it executed: the approved reply made
+	// the agent speak last, so nothing else would draft the customer's new
+	// message. Read once the execution has settled, done or failed (a
+	// held-back reply's own redraft comes first), and only when there is
+	// such activity.
+	//
+	// Where: DraftReply (execute, after the execution settled).
+	// Added: pending.
+	// Histories: none (no committed history has activity during an
+	// execution).
+	// Retire: the rule.
+	versionRedraftAfterActivity = "draft-redraft-after-activity"
+
 	// versionNoteOnChange makes live mode note each distinct content of a
 	// ticket's enrichment once (contentNoteKey) instead of every lookup.
 	//

@@ -343,12 +343,12 @@ func run(ctx context.Context, once bool, stateDir string) error {
 			logger.Warn("setting the namespace retention", "error", err)
 		}
 	}
-	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Converter: o.DataConverter}
+	s := &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, IDs: supportflow.IDs{Prefix: cfg.IDPrefix}, Converter: o.DataConverter}
 	if err := s.EnsureSchedules(ctx, cfg.Durations.ScanInterval, cfg.Durations.ReconcileInterval); err != nil {
 		return err
 	}
-	say("schedules: %s every %s, %s every %s, %s daily", supportflow.ScanScheduleID, cfg.Durations.ScanInterval,
-		supportflow.ReconcileScheduleID, cfg.Durations.ReconcileInterval, supportflow.PruneScheduleID)
+	say("schedules: %s every %s, %s every %s, %s daily", s.IDs.ScanSchedule(), cfg.Durations.ScanInterval,
+		s.IDs.ReconcileSchedule(), cfg.Durations.ReconcileInterval, s.IDs.PruneSchedule())
 
 	var tickets []int64
 	if st.standins {

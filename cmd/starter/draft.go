@@ -108,7 +108,7 @@ func reject(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer)
 		if err := s.Reject(ctx, ticket, supportflow.RejectRequest{ProposalID: proposalID, RejectedBy: by, Reason: reason}); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "rejected proposal %s of ticket %d (workflow %s)\n", proposalID, ticket, supportflow.DraftWorkflowID(ticket))
+		fmt.Fprintf(out, "rejected proposal %s of ticket %d (workflow %s)\n", proposalID, ticket, s.IDs.Draft(ticket))
 		return nil
 	})
 }

@@ -53,9 +53,9 @@ func ticketEvent(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wr
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "recorded %s event of ticket %d: workflow %s run %s\n", ev.Kind, ticket, supportflow.EnrichWorkflowID(ticket), runID)
+		fmt.Fprintf(out, "recorded %s event of ticket %d: workflow %s run %s\n", ev.Kind, ticket, s.IDs.Enrich(ticket), runID)
 		if ev.CustomerActivity {
-			fmt.Fprintf(out, "customer activity: a running draft of the ticket (workflow %s), if any, is superseded\n", supportflow.DraftWorkflowID(ticket))
+			fmt.Fprintf(out, "customer activity: a running draft of the ticket (workflow %s), if any, is superseded\n", s.IDs.Draft(ticket))
 		}
 		return nil
 	})
@@ -70,7 +70,7 @@ func redrive(ctx context.Context, _ *flag.FlagSet, args []string, out io.Writer)
 		if err := s.RedriveEnrichment(ctx, ticket); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "re-drive of ticket %d requested: workflow %s looks it up now\n", ticket, supportflow.EnrichWorkflowID(ticket))
+		fmt.Fprintf(out, "re-drive of ticket %d requested: workflow %s looks it up now\n", ticket, s.IDs.Enrich(ticket))
 		return nil
 	})
 }

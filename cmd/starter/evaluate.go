@@ -91,9 +91,9 @@ func ensureSchedules(ctx context.Context, fs *flag.FlagSet, args []string, out i
 		if err := s.EnsureSchedules(ctx, interval, reconcile); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "schedule %s runs the ticket scan every %s\n", supportflow.ScanScheduleID, interval)
-		fmt.Fprintf(out, "schedule %s runs the webhook reconciliation every %s\n", supportflow.ReconcileScheduleID, reconcile)
-		fmt.Fprintf(out, "schedule %s runs the retention prune daily\n", supportflow.PruneScheduleID)
+		fmt.Fprintf(out, "schedule %s runs the ticket scan every %s\n", s.IDs.ScanSchedule(), interval)
+		fmt.Fprintf(out, "schedule %s runs the webhook reconciliation every %s\n", s.IDs.ReconcileSchedule(), reconcile)
+		fmt.Fprintf(out, "schedule %s runs the retention prune daily\n", s.IDs.PruneSchedule())
 		return nil
 	})
 }

@@ -236,6 +236,10 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	prefix, err := config.IDPrefixFrom(config.OSEnv)
+	if err != nil {
+		return nil, nil, err
+	}
 	o, err := conn.ClientOptions(sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)), keys, codec.WithAdmitUnsealed(admit))
 	if err != nil {
 		return nil, nil, err
@@ -244,7 +248,7 @@ func dial(ctx context.Context) (*starter.Starter, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("temporal: %w", err)
 	}
-	return &starter.Starter{Client: c, TaskQueue: os.Getenv("SUPPORTFLOW_TASK_QUEUE"), Converter: o.DataConverter}, c.Close, nil
+	return &starter.Starter{Client: c, TaskQueue: os.Getenv("SUPPORTFLOW_TASK_QUEUE"), IDs: supportflow.IDs{Prefix: prefix}, Converter: o.DataConverter}, c.Close, nil
 }
 
 // withStarter dials, runs f and closes the connection.

@@ -57,6 +57,12 @@ type Config struct {
 	Tokens []Token
 	// WebhookSecret is Zendesk's webhook signing secret (required).
 	WebhookSecret string
+	// PreviousWebhookSecret is also accepted while a rotation retires it;
+	// empty otherwise (docs/security.md, Rotating the webhook signing
+	// secret).
+	PreviousWebhookSecret string
+	// Metrics counts webhook deliveries by answer; nil counts nothing.
+	Metrics *telemetry.Metrics
 	// MaxSkew bounds how far a webhook's timestamp may be from now; 0
 	// means 5 minutes.
 	MaxSkew time.Duration

@@ -71,65 +71,105 @@ type WebhookAccepted struct {
 // a transient failure must say 503 + Retry-After or the event is dropped.
 // https://developer.zendesk.com/documentation/webhooks/creating-and-monitoring-webhooks
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	answer, secret := s.takeWebhook(w, r)
+	s.cfg.Metrics.WebhookDelivery(answer, secret)
+}
+
+// takeWebhook answers one delivery and says how, for the deliveries
+// metric: the answer's name and which secret verified the signature.
+func (s *Server) takeWebhook(w http.ResponseWriter, r *http.Request) (answer, secret string) {
+	const refused, unauthorized = "refused", "unauthorized"
+	secret = "none"
 	body, err := s.readCapped(w, r, s.cfg.MaxWebhookBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large", fmt.Sprintf("the body must be at most %d bytes", s.cfg.MaxWebhookBody))
-			return
+			return refused, secret
 		}
 		problem(w, http.StatusBadRequest, "unreadable-body", "Unreadable request body", err.Error())
-		return
+		return refused, secret
 	}
 	sig, ts := r.Header.Get(SignatureHeader), r.Header.Get(SignatureTimestampHeader)
 	if sig == "" || ts == "" {
 		problem(w, http.StatusUnauthorized, "unsigned-webhook", "Unsigned webhook", "the Zendesk signature headers are missing")
-		return
+		return unauthorized, secret
 	}
-	if !hmac.Equal([]byte(sig), []byte(Sign(s.cfg.WebhookSecret, ts, body))) {
+	if secret = s.verifiedBy(sig, ts, body); secret == "none" {
 		problem(w, http.StatusUnauthorized, "bad-signature", "Bad signature", "the webhook signature does not match")
-		return
+		return unauthorized, secret
 	}
 	at, err := time.Parse(time.RFC3339, ts)
 	if err != nil {
 		problem(w, http.StatusUnauthorized, "bad-timestamp", "Bad timestamp", "the signature timestamp is not RFC 3339")
-		return
+		return unauthorized, secret
 	}
 	if skew := s.now().Sub(at); skew > s.cfg.MaxSkew || skew < -s.cfg.MaxSkew {
 		problem(w, http.StatusUnauthorized, "stale-timestamp", "Stale timestamp", fmt.Sprintf("the signature timestamp is more than %s from now", s.cfg.MaxSkew))
-		return
+		return unauthorized, secret
 	}
 	if mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" ||
 		(params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
 		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Unsupported media type", "a Zendesk event webhook is application/json (UTF-8)")
-		return
+		return refused, secret
 	}
 	ev, err := ingest.Parse(body)
 	if err != nil {
 		badEvent(w, err)
-		return
+		return refused, secret
 	}
 	if !ingest.Consumed(ev.Type) {
 		writeJSON(w, http.StatusOK, WebhookAccepted{EventID: ev.ID, Ignored: true})
-		return
+		return "ignored", secret
 	}
 	change, err := ev.Ticket()
 	if err != nil {
 		badEvent(w, err)
-		return
+		return refused, secret
 	}
 	rec, err := s.ingest.RecordWebhook(r.Context(), change, s.cfg.ZendeskUserID)
 	if err != nil {
 		s.log.Error("recording a ticket event failed; asking Zendesk to retry", "event_id", ev.ID, "ticket_id", change.TicketID, "error", err)
 		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.WebhookRetryAfter/time.Second)))
 		problem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable", "the event could not be recorded; retry later")
-		return
+		return "unavailable", secret
 	}
 	if rec.Dispatch {
 		s.relay.Wake()
 	}
 	writeJSON(w, http.StatusOK, WebhookAccepted{EventID: ev.ID, TicketID: change.TicketID, Duplicate: rec.Duplicate,
 		Mirrored: rec.Mirror.Wrote, OwnWrite: rec.Own, CustomerActivity: rec.Event.CustomerActivity})
+	switch {
+	case rec.Duplicate:
+		return "duplicate", secret
+	case rec.Own:
+		return "own_write", secret
+	}
+	return "accepted", secret
+}
+
+// verifiedBy says which signing secret made sig over timestamp and body:
+// "current", "previous" (accepted only while a rotation retires it) or
+// "none". Both are always compared, in constant time, so the answer's
+// timing does not tell which one matched.
+//
+// Zendesk signs with one secret per webhook; resetting it replaces it at
+// once (https://developer.zendesk.com/api-reference/webhooks/webhooks-api/webhooks/,
+// "Reset Webhook Signing Secret"). A rotation without a gap therefore
+// runs two webhooks side by side for a while, each with its own secret,
+// and both deliver every event under the same event ID, so the second
+// delivery is a duplicate that changes nothing (docs/security.md).
+func (s *Server) verifiedBy(sig, timestamp string, body []byte) string {
+	current := hmac.Equal([]byte(sig), []byte(Sign(s.cfg.WebhookSecret, timestamp, body)))
+	previous := s.cfg.PreviousWebhookSecret != "" &&
+		hmac.Equal([]byte(sig), []byte(Sign(s.cfg.PreviousWebhookSecret, timestamp, body)))
+	switch {
+	case current:
+		return "current"
+	case previous:
+		return "previous"
+	}
+	return "none"
 }
 
 // badEvent answers a refused body: 400 for what is not clean JSON, 422 for

@@ -76,8 +76,11 @@ type Worker struct {
 	DatabaseURL string
 	// Temporal is how the worker connects to Temporal (address,
 	// namespace, TLS, API key).
-	Temporal           temporalconn.Settings
-	TaskQueue          string
+	Temporal  temporalconn.Settings
+	TaskQueue string
+	// IDPrefix is the account's prefix on workflow and schedule IDs
+	// (SUPPORTFLOW_ID_PREFIX; "" for none): supportflow.IDs{Prefix: IDPrefix}.
+	IDPrefix           string
 	ZendeskURL         string
 	ZendeskSubdomain   string
 	ZendeskEmail       string
@@ -215,6 +218,11 @@ func LoadWorkerFrom(env Env) (Worker, error) {
 		errs = append(errs, err)
 	} else {
 		c.Temporal = t
+	}
+	if p, err := IDPrefixFrom(env); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.IDPrefix = p
 	}
 	for _, s := range []struct {
 		name string
@@ -439,14 +447,20 @@ type API struct {
 	DatabaseURL string
 	Temporal    temporalconn.Settings
 	TaskQueue   string
-	Account     string
-	Addr        string
+	// IDPrefix is the account's prefix on workflow and schedule IDs
+	// (SUPPORTFLOW_ID_PREFIX), as the worker's.
+	IDPrefix string
+	Account  string
+	Addr     string
 	// Tokens are the API's named bearer tokens with their roles.
-	Tokens            []api.Token
-	WebhookSecret     string
-	ZendeskUserID     int64
-	WebhookRetryAfter time.Duration
-	RelayInterval     time.Duration
+	Tokens        []api.Token
+	WebhookSecret string
+	// PreviousWebhookSecret is also accepted during a rotation
+	// (ZENDESK_WEBHOOK_SECRET_PREVIOUS); empty otherwise.
+	PreviousWebhookSecret string
+	ZendeskUserID         int64
+	WebhookRetryAfter     time.Duration
+	RelayInterval         time.Duration
 	// PayloadKeys seal the payloads the API sends and open the ones it
 	// reads; the codec server uses them too.
 	PayloadKeys *codec.Keyring
@@ -501,8 +515,16 @@ func LoadAPIFrom(env Env) (API, error) {
 	} else {
 		c.Temporal = t
 	}
+	if p, err := IDPrefixFrom(env); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.IDPrefix = p
+	}
 	var err error
 	if c.WebhookSecret, err = secretFrom(env, "ZENDESK_WEBHOOK_SECRET"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PreviousWebhookSecret, err = secretFrom(env, "ZENDESK_WEBHOOK_SECRET_PREVIOUS"); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Tokens, err = APITokens(env.Getenv); err != nil {
@@ -652,6 +674,20 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// EnvIDPrefix is the account's prefix on workflow and schedule IDs.
+const EnvIDPrefix = "SUPPORTFLOW_ID_PREFIX"
+
+// IDPrefixFrom reads SUPPORTFLOW_ID_PREFIX: "" (unset) for none, else a
+// safe token (supportflow.ValidateIDPrefix); anything else is refused, so
+// a typo never starts an account under IDs nothing else looks at.
+func IDPrefixFrom(env Env) (string, error) {
+	p := env.Getenv(EnvIDPrefix)
+	if err := supportflow.ValidateIDPrefix(p); err != nil {
+		return "", fmt.Errorf("%w: %s must be empty or 1-40 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit", ErrConfig, EnvIDPrefix)
+	}
+	return p, nil
 }
 
 // accountFrom is the ledger account: explicit, else the Zendesk subdomain,

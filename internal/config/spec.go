@@ -159,6 +159,8 @@ var spec = slices.Concat(
 			Help: "task queue the worker polls and the starter starts on"},
 		{Name: "SUPPORTFLOW_ACCOUNT", Programs: temporalClients, Group: groupConnection, DefaultDoc: "worker, api: ZENDESK_SUBDOMAIN, or ZENDESK_URL's host; starter: none",
 			Help: "account the ledger keys actions under (the starter has no default: approve, retry and parity need it set)"},
+		{Name: EnvIDPrefix, Programs: temporalClients, Group: groupConnection, DefaultDoc: "none: the IDs draft/{ticket}, enrich/{ticket}, execute/{proposal}, eval/{run} and the supportflow-* schedules",
+			Help: "prefix of every workflow and schedule ID this account starts ({prefix}/draft/{ticket}, {prefix}/supportflow-scan-tickets, ...), so accounts can share a Temporal namespace (each with its own SUPPORTFLOW_TASK_QUEUE too): 1-40 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit; the same value for the account's worker, supportflow-api and starter. Set it before the account's first start: changing it later leaves running drafts, enrichments and the schedules under the old IDs, where nothing finds them"},
 	},
 	temporalSettings(),
 	[]Setting{
@@ -212,6 +214,7 @@ var spec = slices.Concat(
 			Help:     "the API's bearer tokens, comma-separated NAME:ROLE[+ROLE...]:TOKEN: NAME (1-64 of A-Za-z0-9._-) is what decisions are recorded under; roles app (start and read drafts, events, actions), approver (approve, reject), operator (retry); TOKEN 16+ characters; this or SUPPORTFLOW_API_TOKENS_FILE is needed by supportflow-api",
 			FileHelp: "file with the API tokens instead, one NAME:ROLE[+ROLE...]:TOKEN a line, # comments (a mounted secret)"},
 		{Name: "ZENDESK_WEBHOOK_SECRET", Programs: onlyAPI, Group: groupAPI, Secret: true, File: true, Help: "Zendesk webhook signing secret (needed by supportflow-api)"},
+		{Name: "ZENDESK_WEBHOOK_SECRET_PREVIOUS", Programs: onlyAPI, Group: groupAPI, Secret: true, File: true, Help: "during a signing-secret rotation only: the secret being retired, also accepted until every webhook signing with it is gone (docs/security.md, Rotating the webhook signing secret); unset otherwise"},
 		{Name: "ZENDESK_API_USER_ID", Programs: onlyAPI, Group: groupAPI, Help: "id of the Zendesk user whose API token supportflow writes with (GET /api/v2/users/me.json); its events start no lookup and supersede no draft (needed by supportflow-api)"},
 		{Name: "SUPPORTFLOW_WEBHOOK_RETRY_AFTER", Programs: onlyAPI, Group: groupAPI, Default: durationText(api.DefaultWebhookRetryAfter), Help: "Retry-After of a webhook answered 503 (1-59 s: Zendesk retries only under 60 s)"},
 		{Name: "SUPPORTFLOW_RELAY_INTERVAL", Programs: onlyAPI, Group: groupAPI, Default: "2s", Help: "how often undispatched ticket events are looked for when nothing wakes the relay"},

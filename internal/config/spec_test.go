@@ -463,3 +463,31 @@ func TestLoaders_MetricsAddrEmptyIsOff(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, defaultOf(EnvMetricsAddr), w.MetricsAddr)
 }
+
+// During a webhook signing-secret rotation the API holds the retiring
+// secret beside the current one, given as a value or as a file; a file
+// that is empty is refused by name, and no secret is ever in an error.
+func TestLoadAPI_PreviousWebhookSecret(t *testing.T) {
+	t.Parallel()
+	c, err := LoadAPIFrom(MapEnv(with(required[ProgramAPI], "ZENDESK_WEBHOOK_SECRET_PREVIOUS", "old-s3cret")))
+	require.NoError(t, err)
+	assert.Equal(t, "s3cret", c.WebhookSecret)
+	assert.Equal(t, "old-s3cret", c.PreviousWebhookSecret)
+
+	c, err = LoadAPIFrom(MapEnv(required[ProgramAPI]))
+	require.NoError(t, err)
+	assert.Empty(t, c.PreviousWebhookSecret, "unset outside a rotation")
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "previous")
+	require.NoError(t, os.WriteFile(file, []byte("old-from-file\n"), 0o600))
+	c, err = LoadAPIFrom(MapEnv(with(required[ProgramAPI], "ZENDESK_WEBHOOK_SECRET_PREVIOUS_FILE", file)))
+	require.NoError(t, err)
+	assert.Equal(t, "old-from-file", c.PreviousWebhookSecret)
+
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	_, err = LoadAPIFrom(MapEnv(with(required[ProgramAPI], "ZENDESK_WEBHOOK_SECRET_PREVIOUS_FILE", empty)))
+	require.ErrorContains(t, err, "ZENDESK_WEBHOOK_SECRET_PREVIOUS_FILE: the file is empty")
+	assert.NotContains(t, err.Error(), "s3cret")
+}

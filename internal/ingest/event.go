@@ -35,6 +35,48 @@ const (
 	TypeTicketStatusChanged = "zen:event-type:ticket.status_changed"
 )
 
+// The ticket event types that end a ticket's life as a conversation
+// (listed on the ticket events page above). Their detail may come without
+// a status (null or absent): the ticket is then mirrored as "deleted", the
+// status the Tickets API reports for a deleted ticket, so the scan never
+// drafts for it. updated_at may be absent on them too: the envelope's time
+// (to the second) stands in.
+const (
+	TypeTicketSoftDeleted        = "zen:event-type:ticket.soft_deleted"
+	TypeTicketPermanentlyDeleted = "zen:event-type:ticket.permanently_deleted"
+	TypeTicketMarkedAsSpam       = "zen:event-type:ticket.marked_as_spam"
+)
+
+// Types whose detail may lack a status without the ticket being deleted:
+// an undeleted or merged ticket's status is then unknown, and the mirror
+// keeps the one it has.
+const (
+	TypeTicketUndeleted = "zen:event-type:ticket.undeleted"
+	TypeTicketMerged    = "zen:event-type:ticket.merged"
+)
+
+// TypeMessageAdded is the messaging event of a message added to a
+// messaging ticket's conversation, by an end user, an agent, a trigger or
+// the system (event.actor.type). Its detail holds only the ticket's id.
+// Only end users' messages are the customer speaking; an agent's is an
+// agent speaking; a trigger's or the system's (a bot's greeting) is
+// neither. It is the only messaging event type Zendesk documents.
+// https://developer.zendesk.com/api-reference/webhooks/event-types/messaging-events
+const TypeMessageAdded = "zen:event-type:messaging_ticket.message_added"
+
+// Messaging actor types (event.actor.type of TypeMessageAdded).
+const (
+	ActorEndUser = "end_user"
+	ActorAgent   = "agent"
+	ActorTrigger = "trigger"
+	ActorSystem  = "system"
+)
+
+// SystemActorID is the actor_id ticket events carry for a change no user
+// made: a trigger, an automation, Zendesk itself ("-1"). It is never the
+// customer and never supportflow.
+const SystemActorID int64 = -1
+
 // ticketTypePrefix is the domain of ticket events. Every ticket event
 // carries the ticket's current fields in detail, so an event of a ticket
 // type we do not otherwise read (subject_changed, tags_changed ...) still
@@ -42,8 +84,11 @@ const (
 const ticketTypePrefix = "zen:event-type:ticket."
 
 // Consumed reports whether supportflow acts on an event type: the three
-// above and every other ticket.* type (mirror refresh only).
-func Consumed(eventType string) bool { return strings.HasPrefix(eventType, ticketTypePrefix) }
+// above, every other ticket.* type (mirror refresh only) and a messaging
+// ticket's message (TypeMessageAdded).
+func Consumed(eventType string) bool {
+	return strings.HasPrefix(eventType, ticketTypePrefix) || eventType == TypeMessageAdded
+}
 
 // ErrBadBody is wrapped by every reason a webhook body is refused. The
 // kinds below say which; each is a 4xx, never a 5xx.
@@ -112,20 +157,72 @@ func (id *ID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// ActorID is a user ID that may also be SystemActorID: "-1" (or -1) for
+// a change no user made. Other negative values are refused.
+type ActorID int64
+
+// UnmarshalJSON accepts what ID accepts, and -1.
+func (a *ActorID) UnmarshalJSON(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = strings.TrimSpace(unq)
+	}
+	if s == "-1" {
+		*a = ActorID(SystemActorID)
+		return nil
+	}
+	var id ID
+	if err := id.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*a = ActorID(id)
+	return nil
+}
+
+// Tags are a ticket's tags as ticket events send them: an array of
+// strings (the documented form), one string of space-separated tags (as
+// Zendesk spells a tag list elsewhere, and as some deliveries carry it),
+// or null. supportflow does not read tags; it only must not refuse them.
+type Tags []string
+
+// UnmarshalJSON accepts ["a","b"], "a b" and null.
+func (t *Tags) UnmarshalJSON(b []byte) error {
+	s := bytes.TrimSpace(b)
+	switch {
+	case string(s) == "null":
+		*t = nil
+		return nil
+	case len(s) > 0 && s[0] == '"':
+		var one string
+		if err := json.Unmarshal(s, &one); err != nil {
+			return err
+		}
+		*t = strings.Fields(one)
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(s, &many); err != nil {
+		return errors.New("tags must be an array of strings or a string")
+	}
+	*t = many
+	return nil
+}
+
 // TicketDetail is a ticket event's detail: the ticket's fields after the
 // change. Statuses come upper-case ("OPEN"); IDs as strings.
 type TicketDetail struct {
-	ID          ID       `json:"id"`
-	ActorID     ID       `json:"actor_id"`
-	RequesterID ID       `json:"requester_id"`
-	SubmitterID ID       `json:"submitter_id"`
-	AssigneeID  ID       `json:"assignee_id"`
-	Subject     string   `json:"subject"`
-	Status      string   `json:"status"`
-	Tags        []string `json:"tags"`
-	CreatedAt   string   `json:"created_at"`
-	UpdatedAt   string   `json:"updated_at"`
-	Via         struct {
+	ID          ID      `json:"id"`
+	ActorID     ActorID `json:"actor_id"`
+	RequesterID ID      `json:"requester_id"`
+	SubmitterID ID      `json:"submitter_id"`
+	AssigneeID  ID      `json:"assignee_id"`
+	Subject     string  `json:"subject"`
+	// Status is nil when null or absent (tolerated on deletion events).
+	Status    *string `json:"status"`
+	Tags      Tags    `json:"tags"`
+	CreatedAt string  `json:"created_at"`
+	UpdatedAt string  `json:"updated_at"`
+	Via       *struct {
 		Channel string `json:"channel"`
 	} `json:"via"`
 }
@@ -137,10 +234,53 @@ type CommentAdded struct {
 		Body     string `json:"body"`
 		IsPublic *bool  `json:"is_public"`
 		Author   struct {
-			ID      ID   `json:"id"`
-			IsStaff bool `json:"is_staff"`
+			ID ActorID `json:"id"`
+			// IsStaff is nil when the event does not say.
+			IsStaff *bool `json:"is_staff"`
 		} `json:"author"`
 	} `json:"comment"`
+}
+
+// MessageAdded is the event object of TypeMessageAdded. The documented
+// IDs are strings ("zd:answerBot" for a bot, digits for a user); a number
+// is read as its digits, so a message is never refused for the shape of
+// an ID it does not depend on.
+type MessageAdded struct {
+	Actor *struct {
+		ID   TextID `json:"id"`
+		Type string `json:"type"`
+	} `json:"actor"`
+	ConversationID TextID `json:"conversation_id"`
+	Message        *struct {
+		ID TextID `json:"id"`
+	} `json:"message"`
+}
+
+// TextID is an identifier kept as text that Zendesk may send as a string,
+// a number or null ("").
+type TextID string
+
+// UnmarshalJSON accepts "abc", 123 and null.
+func (id *TextID) UnmarshalJSON(b []byte) error {
+	s := bytes.TrimSpace(b)
+	switch {
+	case string(s) == "null":
+		*id = ""
+		return nil
+	case len(s) > 0 && s[0] == '"':
+		var v string
+		if err := json.Unmarshal(s, &v); err != nil {
+			return err
+		}
+		*id = TextID(v)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(s, &n); err != nil {
+		return fmt.Errorf("id %s is neither a string nor a number", text.Clip(string(b), 40))
+	}
+	*id = TextID(n.String())
+	return nil
 }
 
 // Change is the event object of ticket.status_changed (and other
@@ -159,21 +299,47 @@ type TicketChange struct {
 	At time.Time
 	// UpdatedAt is the ticket's updated_at after the change; the mirror
 	// never goes back to an older copy.
-	UpdatedAt   time.Time
-	Subject     string
-	Status      string // lower case, as the Tickets API spells it
+	UpdatedAt time.Time
+	Subject   string
+	// Status is lower case, as the Tickets API spells it; "" when the
+	// event did not say (an undeleted or merged ticket): the mirror keeps
+	// the status it has.
+	Status      string
 	RequesterID int64
-	ActorID     int64
+	// ActorID is who made the change; SystemActorID for a trigger, an
+	// automation or Zendesk itself.
+	ActorID int64
 	// Comment is set for ticket.comment_added.
 	Comment *ChangeComment
+	// Message is set for TypeMessageAdded, whose detail carries none of
+	// the ticket's fields (UpdatedAt, Subject, Status and RequesterID are
+	// then zero): only who spoke is learned.
+	Message *ChangeMessage
 }
 
 // ChangeComment is the comment a ticket.comment_added event added.
 type ChangeComment struct {
 	ID       int64
 	AuthorID int64
-	Public   bool
-	At       time.Time
+	// Staff is the author's is_staff; nil when the event did not say.
+	Staff  *bool
+	Public bool
+	At     time.Time
+}
+
+// ChangeMessage is the message a TypeMessageAdded event added.
+type ChangeMessage struct {
+	// ActorType is event.actor.type: ActorEndUser, ActorAgent,
+	// ActorTrigger, ActorSystem, or whatever else Zendesk sent ("" when
+	// absent).
+	ActorType string
+	// ActorID is the actor's Zendesk user ID when event.actor.id is one
+	// (a bot's is not: "zd:answerBot"), else 0.
+	ActorID int64
+	// At is the envelope's time to the whole second, the precision of a
+	// comment's created_at in the Ticket Comments API, which a draft's
+	// conversation_through is compared with.
+	At time.Time
 }
 
 // statuses are the ticket statuses the mirror stores (lower case).
@@ -216,7 +382,9 @@ func Parse(body []byte) (Event, error) {
 // Ticket reads a consumed ticket event. Errors are *BodyError
 // (invalid-event): a subject that is not zen:ticket:N or disagrees with
 // detail.id, an unreadable time, an unknown status, a comment event
-// without its comment.
+// without its comment. Zendesk's looser shapes are accepted: actor_id
+// "-1" (SystemActorID), tags as a string, no status on a deletion event,
+// no is_staff on a comment's author.
 func (ev Event) Ticket() (TicketChange, error) {
 	c := TicketChange{EventID: ev.ID, EventType: ev.Type}
 	num, ok := strings.CutPrefix(ev.Subject, "zen:ticket:")
@@ -238,12 +406,29 @@ func (ev Event) Ticket() (TicketChange, error) {
 	if int64(d.ID) != id {
 		return c, bad(KindInvalidEvent, "detail.id %d does not match subject %s", d.ID, ev.Subject)
 	}
-	if c.UpdatedAt, err = parseTime(d.UpdatedAt); err != nil {
+	if ev.Type == TypeMessageAdded {
+		return ev.message(c)
+	}
+	deletion := ev.Type == TypeTicketSoftDeleted || ev.Type == TypeTicketPermanentlyDeleted || ev.Type == TypeTicketMarkedAsSpam
+	loose := deletion || ev.Type == TypeTicketUndeleted || ev.Type == TypeTicketMerged
+	if d.UpdatedAt == "" && loose {
+		// The event's own time, to the second of Zendesk's updated_at.
+		c.UpdatedAt = c.At.Truncate(time.Second)
+	} else if c.UpdatedAt, err = parseTime(d.UpdatedAt); err != nil {
 		return c, bad(KindInvalidEvent, "detail.updated_at: %v", err)
 	}
-	c.Status = strings.ToLower(d.Status)
-	if !statuses[c.Status] {
-		return c, bad(KindInvalidEvent, "detail.status %q is not a ticket status", text.Clip(d.Status, 20))
+	switch {
+	case d.Status != nil && *d.Status != "":
+		c.Status = strings.ToLower(*d.Status)
+		if !statuses[c.Status] {
+			return c, bad(KindInvalidEvent, "detail.status %q is not a ticket status", text.Clip(*d.Status, 20))
+		}
+	case deletion:
+		c.Status = "deleted"
+	case loose:
+		c.Status = "" // unknown: the mirror keeps its own
+	default:
+		return c, bad(KindInvalidEvent, "detail.status is required for %s", text.Clip(ev.Type, 80))
 	}
 	if len(d.Subject) > 1024 {
 		return c, bad(KindInvalidEvent, "detail.subject is longer than 1024 bytes")
@@ -262,8 +447,29 @@ func (ev Event) Ticket() (TicketChange, error) {
 		// also the comment's created_at in the exports the reconciler
 		// reads, so both sources agree on "who spoke last".
 		c.Comment = &ChangeComment{ID: int64(ca.Comment.ID), AuthorID: int64(ca.Comment.Author.ID),
-			Public: *ca.Comment.IsPublic, At: c.UpdatedAt}
+			Staff: ca.Comment.Author.IsStaff, Public: *ca.Comment.IsPublic, At: c.UpdatedAt}
 	}
+	return c, nil
+}
+
+// message reads TypeMessageAdded: who wrote (event.actor.type), and when.
+// A message without an actor is accepted and read as no one's (it moves
+// neither "who spoke last").
+func (ev Event) message(c TicketChange) (TicketChange, error) {
+	var ma MessageAdded
+	if len(ev.Event) > 0 && string(ev.Event) != "null" {
+		if err := json.Unmarshal(ev.Event, &ma); err != nil {
+			return c, bad(KindInvalidEvent, "event: %v", err)
+		}
+	}
+	m := &ChangeMessage{At: c.At.Truncate(time.Second)}
+	if ma.Actor != nil {
+		m.ActorType = text.Clip(ma.Actor.Type, 40)
+		if n, err := strconv.ParseInt(string(ma.Actor.ID), 10, 64); err == nil && n > 0 {
+			m.ActorID = n
+		}
+	}
+	c.Message, c.ActorID = m, m.ActorID
 	return c, nil
 }
 

@@ -33,6 +33,20 @@ type TicketMirror struct {
 	// unknown. The scan drafts a reply when the customer spoke last.
 	LastCustomerCommentAt time.Time
 	LastAgentCommentAt    time.Time
+	// EventTime orders copies of one second. Zendesk's updated_at is whole
+	// seconds, so two updates of one second carry the same one; a webhook's
+	// envelope time has sub-second precision, and the copy of the later
+	// event wins. Zero means the copy is final for its second: a copy read
+	// from the incremental export long after that second (the
+	// reconciler's), which wins a tie against any webhook's copy, since no
+	// update of that second can follow it. On a copy read back, zero means
+	// the stored fields came from such a copy or from before event times
+	// were kept.
+	EventTime time.Time
+
+	// final is whether the stored fields came from a copy final for its
+	// second (read back only).
+	final bool
 }
 
 // UpsertTicketMirror writes a ticket's mirror in its own transaction,
@@ -92,40 +106,77 @@ func (s *Store) ApplyTicketMirrorTx(ctx context.Context, tx pgx.Tx, t TicketMirr
 	if t.RequesterID != 0 {
 		requester = &t.RequesterID
 	}
-	// The ticket's fields follow the newest copy (an equal updated_at
-	// counts: Zendesk's times are whole seconds, and the later writer read
-	// the ticket later). Comment times only ever move forward, whatever
-	// the copy's age, so a late event still tells who spoke: applied in
-	// any order, the events leave the same mirror.
-	fresh := !found || !t.UpdatedAt.Before(prev.UpdatedAt)
+	// The ticket's fields follow the newest copy (Newest). Comment times
+	// only ever move forward, whatever the copy's age, so a late event
+	// still tells who spoke: applied in any order, the events leave the
+	// same mirror.
+	fresh := !found || Newest(prev, t)
 	c.commentNews(prev, t)
 	if !fresh && !c.CommentNews {
 		return c, nil // an older copy with nothing new
 	}
 	if _, err := tx.Exec(ctx, `
 INSERT INTO ticket_mirror (account, ticket_id, subject, status, requester_id, zendesk_updated_at,
-                           last_customer_comment_at, last_agent_comment_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                           last_customer_comment_at, last_agent_comment_at, fields_event_time, fields_final)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $11)
 ON CONFLICT (account, ticket_id) DO UPDATE
 SET subject = CASE WHEN $9 THEN excluded.subject ELSE ticket_mirror.subject END,
-    status = CASE WHEN $9 THEN excluded.status ELSE ticket_mirror.status END,
+    status = CASE WHEN $9 AND excluded.status <> '' THEN excluded.status ELSE ticket_mirror.status END,
     requester_id = CASE WHEN $9 THEN COALESCE(excluded.requester_id, ticket_mirror.requester_id) ELSE ticket_mirror.requester_id END,
+    fields_event_time = CASE WHEN $9 THEN excluded.fields_event_time ELSE ticket_mirror.fields_event_time END,
+    fields_final = CASE WHEN $9 THEN excluded.fields_final ELSE ticket_mirror.fields_final END,
     zendesk_updated_at = GREATEST(ticket_mirror.zendesk_updated_at, excluded.zendesk_updated_at),
     mirrored_at = now(),
     last_customer_comment_at = GREATEST(ticket_mirror.last_customer_comment_at, excluded.last_customer_comment_at),
     last_agent_comment_at = GREATEST(ticket_mirror.last_agent_comment_at, excluded.last_agent_comment_at)`,
 		s.account, t.TicketID, t.Subject, t.Status, requester, t.UpdatedAt,
-		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt), fresh); err != nil {
+		nullTime(t.LastCustomerCommentAt), nullTime(t.LastAgentCommentAt), fresh,
+		nullTime(t.EventTime), t.EventTime.IsZero()); err != nil {
 		return c, fmt.Errorf("ingest: mirror ticket %d: %w", t.TicketID, err)
 	}
 	c.Wrote = true
 	c.Created = !found
 	c.Newer = !found || t.UpdatedAt.After(prev.UpdatedAt)
-	// Same second, other fields: the copy is news to the mirror (the
-	// reconciler's export copy repairs what an out-of-order webhook left).
-	c.Changed = c.Newer || (fresh && (t.Status != prev.Status || t.Subject != prev.Subject ||
+	// Same second, other fields: the copy is news to the mirror (a later
+	// event of that second, or the reconciler's export copy repairing
+	// what an out-of-order webhook left).
+	c.Changed = c.Newer || (fresh && ((t.Status != "" && t.Status != prev.Status) || t.Subject != prev.Subject ||
 		(t.RequesterID != 0 && t.RequesterID != prev.RequesterID)))
 	return c, nil
+}
+
+// Newest reports whether copy t of a ticket replaces the stored copy
+// prev's fields (status, subject, requester):
+//
+//   - a newer updated_at wins, an older one loses;
+//   - a stored row without fields (only comment times, AdvanceCommentsTx)
+//     takes any copy's;
+//   - within one second (Zendesk's updated_at is whole seconds): a copy
+//     final for its second (zero EventTime: read from the export after
+//     that second) wins; a webhook's copy loses to a final one and
+//     otherwise wins only with a later envelope time (sub-second), so a
+//     late delivery of an older event of that second never overwrites a
+//     newer one; a stored copy of unknown order (from before event times
+//     were kept) is replaced, as before.
+//
+// Equal envelope times are two events of one action (one audit), which
+// carry the same ticket: the first stays.
+func Newest(prev, t TicketMirror) bool {
+	switch {
+	case prev.Status == "" && prev.Subject == "" && prev.RequesterID == 0:
+		return true
+	case t.UpdatedAt.After(prev.UpdatedAt):
+		return true
+	case t.UpdatedAt.Before(prev.UpdatedAt):
+		return false
+	case t.EventTime.IsZero():
+		return true
+	case prev.final:
+		return false
+	case prev.EventTime.IsZero():
+		return true
+	}
+	return t.EventTime.After(prev.EventTime)
 }
 
 // AdvanceCommentsTx moves a ticket's comment times forward (never back)
@@ -204,11 +255,12 @@ func (s *Store) getTicketMirror(ctx context.Context, db interface {
 }, ticketID int64) (TicketMirror, error) {
 	t := TicketMirror{TicketID: ticketID}
 	var requester *int64
-	var customer, agent *time.Time
+	var customer, agent, eventTime *time.Time
 	err := db.QueryRow(ctx, `
-SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at
+SELECT subject, status, requester_id, zendesk_updated_at, last_customer_comment_at, last_agent_comment_at,
+       fields_event_time, fields_final
 FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, s.account, ticketID).Scan(
-		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent)
+		&t.Subject, &t.Status, &requester, &t.UpdatedAt, &customer, &agent, &eventTime, &t.final)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, fmt.Errorf("%w: ticket %d is not mirrored", supportflow.ErrNotFound, ticketID)
 	}
@@ -223,6 +275,9 @@ FROM ticket_mirror WHERE account = $1 AND ticket_id = $2`, s.account, ticketID).
 	}
 	if agent != nil {
 		t.LastAgentCommentAt = *agent
+	}
+	if eventTime != nil {
+		t.EventTime = *eventTime
 	}
 	return t, nil
 }

@@ -127,3 +127,109 @@ func TestApplyTicketMirror_LateCommentAndSameSecondCopies(t *testing.T) {
 	_, err = s.GetTicketMirror(ctx, 8)
 	assert.ErrorIs(t, err, supportflow.ErrNotFound, "a ticket never mirrored")
 }
+
+// Order within a second: webhooks' copies of one updated_at follow their
+// envelope times, so a late delivery of an older event loses; the
+// export's copy (no event time) is final for its second and wins the tie
+// either way; comments still move forward whatever the order.
+func TestApplyTicketMirror_SameSecondOrder(t *testing.T) {
+	t.Parallel()
+	s, _, pool := newStore(t)
+	ctx := context.Background()
+	apply := func(m ingest.TicketMirror) ingest.MirrorChange {
+		t.Helper()
+		var c ingest.MirrorChange
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = s.ApplyTicketMirrorTx(ctx, tx, m)
+			return err
+		}))
+		return c
+	}
+	status := func(id int64) string {
+		t.Helper()
+		m, err := s.GetTicketMirror(ctx, id)
+		require.NoError(t, err)
+		return m.Status
+	}
+	sec := time.Date(2026, 12, 3, 10, 0, 5, 0, time.UTC)
+	older := func(id int64, st string) ingest.TicketMirror {
+		return ingest.TicketMirror{TicketID: id, Status: st, Subject: "s", RequesterID: 5, UpdatedAt: sec, EventTime: sec.Add(200 * time.Millisecond)}
+	}
+	newer := func(id int64, st string) ingest.TicketMirror {
+		return ingest.TicketMirror{TicketID: id, Status: st, Subject: "s", RequesterID: 5, UpdatedAt: sec, EventTime: sec.Add(700 * time.Millisecond)}
+	}
+
+	// Newest first, then the older one late: the older loses.
+	assert.True(t, apply(newer(1, "solved")).Created)
+	c := apply(older(1, "open"))
+	assert.False(t, c.Wrote || c.Changed, "the late older delivery changed nothing: %+v", c)
+	assert.Equal(t, "solved", status(1))
+
+	// In order: the newer one replaces the older (a change, not news of a
+	// newer update).
+	apply(older(2, "pending"))
+	c = apply(newer(2, "open"))
+	assert.True(t, c.Wrote && c.Changed)
+	assert.False(t, c.Newer)
+	assert.Equal(t, "open", status(2))
+
+	// The export's copy of that second is final: it overrides a webhook's
+	// copy of the same second, and no webhook of that second overrides it.
+	exportCopy := ingest.TicketMirror{TicketID: 2, Status: "hold", Subject: "s", RequesterID: 5, UpdatedAt: sec}
+	c = apply(exportCopy)
+	assert.True(t, c.Changed)
+	assert.Equal(t, "hold", status(2))
+	c = apply(ingest.TicketMirror{TicketID: 2, Status: "open", Subject: "s", RequesterID: 5, UpdatedAt: sec, EventTime: sec.Add(999 * time.Millisecond)})
+	assert.False(t, c.Wrote, "a webhook of a second the export has settled loses")
+	assert.Equal(t, "hold", status(2))
+	// A webhook of a later second wins as always.
+	c = apply(ingest.TicketMirror{TicketID: 2, Status: "open", Subject: "s", RequesterID: 5, UpdatedAt: sec.Add(time.Second), EventTime: sec.Add(1100 * time.Millisecond)})
+	assert.True(t, c.Newer)
+	assert.Equal(t, "open", status(2))
+
+	// The late older delivery still brings its comment.
+	apply(newer(3, "pending"))
+	c = apply(ingest.TicketMirror{TicketID: 3, Status: "open", Subject: "s", RequesterID: 5, UpdatedAt: sec,
+		EventTime: sec.Add(100 * time.Millisecond), LastCustomerCommentAt: sec})
+	assert.True(t, c.Wrote && c.CustomerNews)
+	m, err := s.GetTicketMirror(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, "pending", m.Status, "fields keep the newer event's")
+	assert.Equal(t, sec, m.LastCustomerCommentAt.UTC())
+
+	// A row of comment times only (a messaging event came first) takes
+	// the fields of any copy, even one older than the message.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := s.AdvanceCommentsTx(ctx, tx, 4, sec.Add(time.Minute), time.Time{})
+		return err
+	}))
+	c = apply(older(4, "open"))
+	assert.True(t, c.Changed)
+	assert.Equal(t, "open", status(4))
+
+	// An event that does not know the status (an undeleted ticket) keeps
+	// the stored one.
+	apply(ingest.TicketMirror{TicketID: 4, Status: "", Subject: "s2", RequesterID: 5, UpdatedAt: sec.Add(2 * time.Minute), EventTime: sec.Add(2 * time.Minute)})
+	m, err = s.GetTicketMirror(ctx, 4)
+	require.NoError(t, err)
+	assert.Equal(t, "open", m.Status)
+	assert.Equal(t, "s2", m.Subject)
+}
+
+// Newest as a table, without a database.
+func TestNewest(t *testing.T) {
+	sec := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return sec.Add(time.Duration(ms) * time.Millisecond) }
+	fields := func(upd time.Time, ev time.Time) ingest.TicketMirror {
+		return ingest.TicketMirror{Status: "open", UpdatedAt: upd, EventTime: ev}
+	}
+	assert.True(t, ingest.Newest(fields(sec, at(100)), fields(sec.Add(time.Second), at(1100))), "a later second")
+	assert.False(t, ingest.Newest(fields(sec.Add(time.Second), at(1100)), fields(sec, at(900))), "an earlier second")
+	assert.True(t, ingest.Newest(fields(sec, at(100)), fields(sec, at(300))), "a later event of the second")
+	assert.False(t, ingest.Newest(fields(sec, at(300)), fields(sec, at(100))), "an earlier event of the second")
+	assert.False(t, ingest.Newest(fields(sec, at(300)), fields(sec, at(300))), "two events of one action: the first stays")
+	assert.True(t, ingest.Newest(fields(sec, at(300)), fields(sec, time.Time{})), "the export's copy is final")
+	assert.True(t, ingest.Newest(fields(sec, time.Time{}), fields(sec, at(300))), "a stored copy of unknown order is replaced")
+	assert.True(t, ingest.Newest(ingest.TicketMirror{UpdatedAt: sec.Add(time.Hour)}, fields(sec, at(1))), "a row without fields takes any")
+}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/internal/text"
@@ -59,29 +57,110 @@ type Recorded struct {
 // event ID. A repeated event ID writes nothing and reports Duplicate.
 // ownUserID is supportflow's Zendesk API user (0: unknown, nothing is
 // treated as its own).
+//
+// Who spoke (Speaker) moves "customer spoke last" or "agent spoke last";
+// the ticket's fields follow the newest copy, ordered within a second by
+// the envelope's time (Newest).
 func (s *Store) RecordWebhook(ctx context.Context, c TicketChange, ownUserID int64) (Recorded, error) {
-	m := TicketMirror{TicketID: c.TicketID, Subject: c.Subject, Status: c.Status, RequesterID: c.RequesterID, UpdatedAt: c.UpdatedAt}
-	if cm := c.Comment; cm != nil && cm.Public {
-		if cm.AuthorID != 0 && cm.AuthorID == c.RequesterID {
-			m.LastCustomerCommentAt = cm.At
-		} else {
-			m.LastAgentCommentAt = cm.At
-		}
-	}
+	m := TicketMirror{TicketID: c.TicketID, Subject: c.Subject, Status: c.Status, RequesterID: c.RequesterID,
+		UpdatedAt: c.UpdatedAt, EventTime: c.At}
 	own := ownUserID != 0 && (c.ActorID == ownUserID || (c.Comment != nil && c.Comment.AuthorID == ownUserID))
+	var spokeAt time.Time
+	var speaker string
+	switch {
+	case c.Comment != nil && c.Comment.Public:
+		speaker, spokeAt = Speaker(c.Comment.AuthorID, c.Comment.Staff, c.RequesterID, ownUserID), c.Comment.At
+	case c.Message != nil:
+		speaker, spokeAt = MessageSpeaker(c.Message.ActorType, c.Message.ActorID, ownUserID), c.Message.At
+	}
+	switch speaker {
+	case SpeakerCustomer:
+		m.LastCustomerCommentAt = spokeAt
+	case SpeakerAgent:
+		m.LastAgentCommentAt = spokeAt
+	}
 	kind := supportflow.TicketUpdated
 	if c.EventType == TypeTicketCreated {
 		kind = supportflow.TicketCreated
 		// A ticket the requester opened starts with their public
 		// description: the customer spoke.
-		if c.ActorID != 0 && c.ActorID == c.RequesterID && !own {
+		if c.ActorID > 0 && c.ActorID == c.RequesterID && !own {
 			m.LastCustomerCommentAt = c.UpdatedAt
 		}
 	}
-	r := row{eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: c.ActorID, own: own}
+	var actor int64
+	if c.ActorID > 0 || c.ActorID == SystemActorID {
+		actor = c.ActorID
+	}
+	r := row{eventType: c.EventType, source: SourceWebhook, at: c.At, kind: kind, actorID: actor, own: own}
 	return s.record(ctx, c.EventID, func(MirrorChange) row { return r }, func(tx pgx.Tx) (MirrorChange, error) {
+		if c.Message != nil {
+			// A messaging event carries none of the ticket's fields: only
+			// who spoke moves, and a message by no one (a bot's) changes
+			// nothing.
+			if m.LastCustomerCommentAt.IsZero() && m.LastAgentCommentAt.IsZero() {
+				return MirrorChange{}, nil
+			}
+			return s.AdvanceCommentsTx(ctx, tx, c.TicketID, m.LastCustomerCommentAt, m.LastAgentCommentAt)
+		}
 		return s.ApplyTicketMirrorTx(ctx, tx, m)
 	}, c.TicketID, c.RequesterID)
+}
+
+// Who a public comment or message is from, for "who spoke last".
+const (
+	// SpeakerCustomer is an end user: the requester, a CC'd colleague,
+	// the customer writing from another address.
+	SpeakerCustomer = "customer"
+	// SpeakerAgent is staff (an agent or admin) or supportflow itself.
+	SpeakerAgent = "agent"
+	// SpeakerNone is no one a reply is owed to or came from: a trigger,
+	// an automation, Zendesk itself (actor "-1"), a bot.
+	SpeakerNone = ""
+)
+
+// Speaker classifies a public comment's author the way Zendesk describes
+// people: ticket.comment_added carries comment.author.is_staff, true for
+// agents and admins, false for end users
+// (https://developer.zendesk.com/api-reference/webhooks/event-types/ticket-events).
+//
+//   - supportflow's own API user (ownUserID) is an agent, whatever the event says;
+//   - the system actor (SystemActorID: a trigger or automation's comment) is no one;
+//   - is_staff false is a customer (any end user, not only the requester),
+//     is_staff true an agent;
+//   - is_staff absent (an event that does not say): the requester is the
+//     customer and anyone else an agent, the rule before is_staff was read.
+func Speaker(authorID int64, isStaff *bool, requesterID, ownUserID int64) string {
+	switch {
+	case ownUserID != 0 && authorID == ownUserID:
+		return SpeakerAgent
+	case authorID == SystemActorID:
+		return SpeakerNone
+	case isStaff != nil && *isStaff:
+		return SpeakerAgent
+	case isStaff != nil:
+		return SpeakerCustomer
+	case authorID != 0 && authorID == requesterID:
+		return SpeakerCustomer
+	}
+	return SpeakerAgent
+}
+
+// MessageSpeaker classifies a messaging message by event.actor.type, as
+// the messaging events page lists them (end_user, agent, trigger, system):
+// an end user's message is the customer's, an agent's (or supportflow's)
+// an agent's, and a trigger's, the system's or an unknown type's no one's.
+// https://developer.zendesk.com/api-reference/webhooks/event-types/messaging-events
+func MessageSpeaker(actorType string, actorID, ownUserID int64) string {
+	switch {
+	case ownUserID != 0 && actorID == ownUserID:
+		return SpeakerAgent
+	case actorType == ActorEndUser:
+		return SpeakerCustomer
+	case actorType == ActorAgent:
+		return SpeakerAgent
+	}
+	return SpeakerNone
 }
 
 // row is a ticket_event row before the mirror decided the rest.
@@ -204,95 +283,6 @@ WHERE account = $1 AND event_id = $2 AND dispatched_at IS NULL`, s.account, even
 	return nil
 }
 
-// ExportCursor is where the reconciler resumes Zendesk's incremental
-// exports.
-type ExportCursor struct {
-	// Tickets is the cursor-based ticket export's after_cursor; empty
-	// before the first export (which starts from a start_time).
-	Tickets string `json:"tickets,omitempty"`
-	// EventsStart is the next ticket event export's start_time (Unix
-	// seconds); 0 before the first.
-	EventsStart int64 `json:"events_start,omitempty"`
-}
-
-// Cursor reads the account's export cursor; the zero cursor when none.
-func (s *Store) Cursor(ctx context.Context) (ExportCursor, error) {
-	var c ExportCursor
-	var tickets *string
-	var start *int64
-	err := s.db.QueryRow(ctx, `SELECT tickets_cursor, events_start FROM zendesk_export_cursor WHERE account = $1`, s.account).Scan(&tickets, &start)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("ingest: read export cursor: %w", err)
-	}
-	if tickets != nil {
-		c.Tickets = *tickets
-	}
-	if start != nil {
-		c.EventsStart = *start
-	}
-	return c, nil
-}
-
-// SaveCursor stores the export cursor.
-func (s *Store) SaveCursor(ctx context.Context, c ExportCursor) error {
-	_, err := s.db.Exec(ctx, `
-INSERT INTO zendesk_export_cursor (account, tickets_cursor, events_start) VALUES ($1, NULLIF($2, ''), NULLIF($3, 0))
-ON CONFLICT (account) DO UPDATE SET tickets_cursor = excluded.tickets_cursor, events_start = excluded.events_start, updated_at = now()`,
-		s.account, c.Tickets, c.EventsStart)
-	if err != nil {
-		return fmt.Errorf("ingest: save export cursor: %w", err)
-	}
-	return nil
-}
-
-// TryLockReconcile takes the account's reconciliation lock (a session
-// advisory lock on a connection of its own) if no one holds it; release
-// gives it back. ok is false when another pass holds it.
-func (s *Store) TryLockReconcile(ctx context.Context) (release func(), ok bool, err error) {
-	acquirer, can := s.db.(interface {
-		Acquire(ctx context.Context) (*pgxpool.Conn, error)
-	})
-	if !can {
-		return func() {}, true, nil // a single connection: nothing to race
-	}
-	conn, err := acquirer.Acquire(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("ingest: reconcile lock: %w", err)
-	}
-	key := ledger.TicketLockKey("reconcile/"+s.account, 0)
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil || !ok {
-		conn.Release()
-		if err != nil {
-			return nil, false, fmt.Errorf("ingest: reconcile lock: %w", err)
-		}
-		return nil, false, nil
-	}
-	return func() {
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
-			conn.Conn().Close(uctx) // closing the session releases its locks
-		}
-		conn.Release()
-	}, true, nil
-}
-
-// RecordRun stores a reconciliation's summary.
-func (s *Store) RecordRun(ctx context.Context, workflowID string, ticketsRead, eventsRead int, repaired []int64) error {
-	if repaired == nil {
-		repaired = []int64{}
-	}
-	_, err := s.db.Exec(ctx, `INSERT INTO reconcile_run (account, workflow_id, tickets_read, events_read, repaired, repaired_tickets)
-VALUES ($1, $2, $3, $4, $5, $6)`, s.account, workflowID, ticketsRead, eventsRead, len(repaired), repaired)
-	if err != nil {
-		return fmt.Errorf("ingest: record reconcile run: %w", err)
-	}
-	return nil
-}
-
 // Prune deletes this account's ticket events older than cutoff that have
 // nothing left to do (dispatched, or our own writes, which are never
 // dispatched) and reconciliation runs older than cutoff. An undispatched
@@ -313,11 +303,4 @@ WHERE account = $1 AND finished_at < $2 LIMIT $3)`},
 		}
 	}
 	return out, nil
-}
-
-// reconcileEventID names a ticket event the reconciler recorded, from
-// business identity (the ticket and the change's time), so a second
-// reconciliation of the same change is a duplicate.
-func reconcileEventID(ticketID int64, what string, at time.Time) string {
-	return "reconcile:" + strconv.FormatInt(ticketID, 10) + ":" + what + ":" + strconv.FormatInt(at.Unix(), 10)
 }

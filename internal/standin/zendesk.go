@@ -158,6 +158,7 @@ func NewZendesk(email, apiToken string) *Zendesk {
 	mux.HandleFunc("GET /api/v2/incremental/ticket_events", z.incrementalTicketEvents)
 	mux.HandleFunc("GET /api/v2/users/me.json", z.me)
 	mux.HandleFunc("GET /api/v2/users/me", z.me)
+	mux.HandleFunc("GET /api/v2/users/show_many.json", z.showManyUsers)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, zendeskError{Error: "InvalidEndpoint", Description: "Not found"})
 	})

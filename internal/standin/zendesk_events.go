@@ -25,11 +25,20 @@ import (
 //   - Every ticket change (a seeded ticket or comment, and every update
 //     through the API, supportflow's own included) becomes one event per
 //     change (ticket.created, ticket.comment_added, ticket.status_changed,
-//     ticket.tags_changed) in the documented envelope, detail IDs as
-//     strings and statuses upper case, signed base64(HMAC-SHA256(secret,
-//     timestamp+body)) and POSTed to the configured URL.
+//     ticket.tags_changed, ticket.email_ccs_changed) in the documented
+//     envelope, detail IDs as strings and statuses upper case, the
+//     envelope's time with nanoseconds (detail times whole seconds),
+//     signed base64(HMAC-SHA256(secret, timestamp+body)) and POSTed to
+//     the configured URL. Comment authors carry is_staff (false for every
+//     end user: the requester, a CC'd colleague); a change no user made
+//     (ChangeStatus by SystemActorID) carries actor_id "-1".
 //     https://developer.zendesk.com/api-reference/webhooks/event-types/ticket-events
 //     https://developer.zendesk.com/documentation/webhooks/verifying/
+//   - A message on a messaging ticket (AddMessage) is delivered only as
+//     zen:event-type:messaging_ticket.message_added (detail: the ticket's
+//     id; event: actor with its type, message), and kept as the ticket's
+//     comment, as the ticket's conversation shows it.
+//     https://developer.zendesk.com/api-reference/webhooks/event-types/messaging-events
 //   - Deliveries are concurrent and unordered. An answer that does not
 //     come within 12 s is a timeout, retried up to 5 times; a 409 is
 //     retried up to 3 times; a 429 or 503 is retried (up to 3 times) only
@@ -102,6 +111,8 @@ type webhooks struct {
 	faults   faultQueue[WebhookFault]
 	stats    WebhookStats
 	inflight sync.WaitGroup
+	// ccs are the end users copied on each ticket (AddCCs).
+	ccs map[int64][]int64
 }
 
 // SetWebhook starts (or, with an empty URL, stops) event deliveries for
@@ -187,13 +198,24 @@ func ticketDetail(zt *zTicket, actor int64) map[string]any {
 
 // change is one event to emit for a ticket update.
 type change struct {
+	// typ is the ticket event's name after "zen:event-type:ticket.", or a
+	// whole type ("zen:event-type:messaging_ticket.message_added").
 	typ   string
 	event map[string]any
+	// detail replaces the ticket's detail (a messaging event's holds only
+	// the ticket's id).
+	detail map[string]any
 }
 
-// emit queues the events of one update for delivery. z.mu must be held;
-// the deliveries run on their own goroutines.
+// emit queues the events of one update for delivery, stamped now. z.mu
+// must be held; the deliveries run on their own goroutines.
 func (z *Zendesk) emit(zt *zTicket, actor int64, sequence int64, changes []change) {
+	z.emitAt(zt, actor, sequence, changes, time.Now())
+}
+
+// emitAt is emit with the envelope's time at (nanoseconds, as Zendesk
+// sends it).
+func (z *Zendesk) emitAt(zt *zTicket, actor int64, sequence int64, changes []change, at time.Time) {
 	z.hooks.mu.Lock()
 	cfg := z.hooks.cfg
 	z.hooks.mu.Unlock()
@@ -201,23 +223,209 @@ func (z *Zendesk) emit(zt *zTicket, actor int64, sequence int64, changes []chang
 		return
 	}
 	detail := ticketDetail(zt, actor)
-	now := time.Now().UTC()
 	for i, c := range changes {
 		ev := map[string]any{}
 		for k, v := range c.event {
 			ev[k] = v
 		}
-		ev["meta"] = map[string]any{"sequence": map[string]any{"id": strconv.FormatInt(sequence, 10), "position": i + 1}}
+		typ, d := c.typ, detail
+		if !strings.HasPrefix(typ, "zen:") {
+			typ = "zen:event-type:ticket." + typ
+			ev["meta"] = map[string]any{"sequence": map[string]any{"id": strconv.FormatInt(sequence, 10), "position": i + 1}}
+		}
+		if c.detail != nil {
+			d = c.detail
+		}
 		body, err := json.Marshal(webhookEvent{
-			AccountID: cfg.AccountID, Detail: detail, Event: ev, ID: newUUID(),
-			Subject: "zen:ticket:" + strconv.FormatInt(zt.ID, 10), Time: now.Format(time.RFC3339Nano),
-			Type: "zen:event-type:ticket." + c.typ, Version: "2022-11-06",
+			AccountID: cfg.AccountID, Detail: d, Event: ev, ID: newUUID(),
+			Subject: "zen:ticket:" + strconv.FormatInt(zt.ID, 10), Time: at.UTC().Format(time.RFC3339Nano),
+			Type: typ, Version: "2022-11-06",
 		})
 		if err != nil {
 			panic(err) // only maps of JSON values: a bug
 		}
-		z.deliver(cfg, c.typ, body)
+		z.deliver(cfg, typ, body)
 	}
+}
+
+// SystemActorID is the actor of a change no user made (a trigger, an
+// automation): ticket events carry it as actor_id "-1".
+const SystemActorID int64 = -1
+
+// StatusChange is a status change made in Zendesk, not through the API:
+// by a human agent in Zendesk's UI, or by a trigger or automation.
+type StatusChange struct {
+	Status string
+	// ActorID made the change: a user seeded with AddUser, or
+	// SystemActorID (0 means SystemActorID).
+	ActorID int64
+	// At defaults to now. Tests pin two changes to one second with it
+	// (Zendesk's updated_at is whole seconds; the envelope's time is not).
+	At time.Time
+}
+
+// ChangeStatus changes a ticket's status as c says: an audit with the
+// change, and a ticket.status_changed event whose envelope time is c.At.
+// It panics on an unknown ticket or status, since that is a bug in the
+// test.
+func (z *Zendesk) ChangeStatus(ticketID int64, c StatusChange) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		panic(fmt.Sprintf("standin: Zendesk ticket %d does not exist", ticketID))
+	}
+	if !slices.Contains(zendeskStatuses, c.Status) {
+		panic(fmt.Sprintf("standin: %q is not a ticket status", c.Status))
+	}
+	at, actor := c.At, c.ActorID
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if actor == 0 {
+		actor = SystemActorID
+	}
+	via := "web"
+	if actor == SystemActorID {
+		via = "rule"
+	}
+	previous := zt.Status
+	zt.Status = c.Status
+	if at.After(zt.updatedAt) {
+		zt.updatedAt = at
+	}
+	auditID := z.newID()
+	zt.audits = append(zt.audits, auditJSON{
+		ID: auditID, TicketID: ticketID, CreatedAt: zendeskTime(at), AuthorID: actor,
+		Metadata: newAuditMetadata(nil), Via: newVia(via),
+		Events: []any{changeEvent(z.newID(), "status", c.Status, previous)}, at: at,
+	})
+	z.emitAt(zt, actor, auditID, []change{{typ: "status_changed",
+		event: map[string]any{"previous": strings.ToUpper(previous), "current": strings.ToUpper(c.Status)}}}, at)
+}
+
+// AddCCs copies end users on a ticket (an agent adding them, or the
+// customer's email copying them): a ticket.email_ccs_changed event with
+// users_added. A CC'd user's later comments are end users' comments
+// (SeedComment.AuthorID, after AddUser). It panics on an unknown ticket.
+func (z *Zendesk) AddCCs(ticketID int64, userIDs ...int64) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		panic(fmt.Sprintf("standin: Zendesk ticket %d does not exist", ticketID))
+	}
+	added := make([]string, 0, len(userIDs))
+	z.hooks.mu.Lock()
+	if z.hooks.ccs == nil {
+		z.hooks.ccs = map[int64][]int64{}
+	}
+	for _, id := range userIDs {
+		if !slices.Contains(z.hooks.ccs[ticketID], id) {
+			z.hooks.ccs[ticketID] = append(z.hooks.ccs[ticketID], id)
+			added = append(added, strconv.FormatInt(id, 10))
+		}
+	}
+	z.hooks.mu.Unlock()
+	if len(added) == 0 {
+		return
+	}
+	now := time.Now()
+	if now.After(zt.updatedAt) {
+		zt.updatedAt = now
+	}
+	z.emitAt(zt, zt.RequesterID, z.newID(), []change{{typ: "email_ccs_changed",
+		event: map[string]any{"users_added": added, "users_removed": []string{}}}}, now)
+}
+
+// CCs returns the end users copied on a ticket.
+func (z *Zendesk) CCs(ticketID int64) []int64 {
+	z.hooks.mu.Lock()
+	defer z.hooks.mu.Unlock()
+	return slices.Clone(z.hooks.ccs[ticketID])
+}
+
+// Messaging actor types (event.actor.type of messaging_ticket.message_added).
+const (
+	MessagingEndUser = "end_user"
+	MessagingAgent   = "agent"
+	MessagingTrigger = "trigger"
+	MessagingSystem  = "system"
+)
+
+// Message is a message on a messaging ticket's conversation.
+type Message struct {
+	Body string
+	// ActorType is MessagingEndUser (the default), MessagingAgent,
+	// MessagingTrigger or MessagingSystem.
+	ActorType string
+	// AuthorID is the user who wrote it; 0 means the requester for an end
+	// user, ZendeskAgentID for an agent. A trigger's or the system's
+	// message has a bot as its actor ("zd:answerBot").
+	AuthorID int64
+	// At defaults to now.
+	At time.Time
+}
+
+// AddMessage adds a message to a messaging ticket: kept as the ticket's
+// public comment (via native_messaging, the ticket's conversation) and
+// delivered only as messaging_ticket.message_added, no ticket.* event, as
+// a messaging follow-up reaches a webhook. Returns the comment's ID. It
+// panics on an unknown ticket.
+func (z *Zendesk) AddMessage(ticketID int64, m Message) int64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	zt, ok := z.tickets[ticketID]
+	if !ok {
+		panic(fmt.Sprintf("standin: Zendesk ticket %d does not exist", ticketID))
+	}
+	at := m.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	typ := m.ActorType
+	if typ == "" {
+		typ = MessagingEndUser
+	}
+	author, actorID, name := m.AuthorID, "", ""
+	switch typ {
+	case MessagingEndUser:
+		if author == 0 {
+			author = zt.RequesterID
+		}
+		actorID, name = strconv.FormatInt(author, 10), z.userLocked(zt, author).Name
+	case MessagingAgent:
+		if author == 0 {
+			author = ZendeskAgentID
+		}
+		actorID, name = strconv.FormatInt(author, 10), z.userLocked(zt, author).Name
+	default:
+		author, actorID, name = SystemActorID, "zd:answerBot", "Answer Bot"
+	}
+	auditID := z.newID()
+	zc := zComment{
+		Comment:  Comment{ID: z.newID(), AuditID: auditID, Body: m.Body, Public: true, At: at},
+		authorID: author,
+		htmlBody: textToHTML(m.Body),
+	}
+	zt.comments = append(zt.comments, zc)
+	if at.After(zt.updatedAt) {
+		zt.updatedAt = at
+	}
+	zt.audits = append(zt.audits, auditJSON{
+		ID: auditID, TicketID: ticketID, CreatedAt: zendeskTime(at), AuthorID: author,
+		Metadata: newAuditMetadata(nil), Via: newVia("native_messaging"), Events: []any{commentEvent(zc)}, at: at,
+	})
+	z.emitAt(zt, author, auditID, []change{{
+		typ:    "zen:event-type:messaging_ticket.message_added",
+		detail: map[string]any{"id": strconv.FormatInt(zt.ID, 10)},
+		event: map[string]any{
+			"actor":           map[string]any{"id": actorID, "name": name, "type": typ},
+			"conversation_id": fmt.Sprintf("conv-%d", zt.ID),
+			"message":         map[string]any{"id": fmt.Sprintf("msg-%d", zc.ID), "body": m.Body},
+		},
+	}}, at)
+	return zc.ID
 }
 
 // deliver sends one event under its fault, on its own goroutine.
@@ -337,326 +545,4 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// --- incremental exports ---
-
-// ExportConfig shapes the incremental exports.
-type ExportConfig struct {
-	// Lag is the most recent stretch the exports leave out (and inside
-	// which a start_time is refused); 0 means Zendesk's one minute,
-	// negative means none.
-	Lag time.Duration
-	// Limit is how many export requests Window allows; 0 means 10.
-	Limit int
-	// Window is the rate limit's window; 0 means one minute.
-	Window time.Duration
-}
-
-type exports struct {
-	mu          sync.Mutex
-	cfg         ExportConfig
-	windowStart time.Time
-	used        int
-	throttled   int
-	requests    int
-}
-
-// SetExports changes the exports' lag and rate limit.
-func (z *Zendesk) SetExports(cfg ExportConfig) {
-	z.exp.mu.Lock()
-	defer z.exp.mu.Unlock()
-	z.exp.cfg = cfg
-}
-
-// ExportStats returns how many export requests were served and how many
-// were answered 429.
-func (z *Zendesk) ExportStats() (requests, throttled int) {
-	z.exp.mu.Lock()
-	defer z.exp.mu.Unlock()
-	return z.exp.requests, z.exp.throttled
-}
-
-func (e *exports) lag() time.Duration {
-	switch {
-	case e.cfg.Lag < 0:
-		return 0
-	case e.cfg.Lag == 0:
-		return time.Minute
-	}
-	return e.cfg.Lag
-}
-
-// admit applies the export rate limit; false means 429 was answered.
-func (e *exports) admit(w http.ResponseWriter) (lag time.Duration, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	limit, window := e.cfg.Limit, e.cfg.Window
-	if limit <= 0 {
-		limit = 10
-	}
-	if window <= 0 {
-		window = time.Minute
-	}
-	now := time.Now()
-	if now.Sub(e.windowStart) >= window {
-		e.windowStart, e.used = now, 0
-	}
-	e.requests++
-	if e.used >= limit {
-		e.throttled++
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(window-now.Sub(e.windowStart)), 10))
-		writeJSON(w, http.StatusTooManyRequests, zendeskError{Error: "APIRateLimitExceeded",
-			Description: "Number of allowed incremental export API requests per minute exceeded"})
-		return 0, false
-	}
-	e.used++
-	w.Header().Set("Zendesk-RateLimit-incremental-exports", fmt.Sprintf("total=%d; remaining=%d; resets=%d",
-		limit, limit-e.used, ceilSeconds(window-now.Sub(e.windowStart))))
-	return e.lag(), true
-}
-
-// exportStart reads start_time: Unix seconds, not inside the lag.
-func exportStart(w http.ResponseWriter, r *http.Request, lag time.Duration) (time.Time, bool) {
-	raw := r.URL.Query().Get("start_time")
-	sec, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || sec < 0 {
-		writeJSON(w, http.StatusBadRequest, zendeskError{Error: "InvalidValue", Description: "start_time must be a Unix epoch time"})
-		return time.Time{}, false
-	}
-	t := time.Unix(sec, 0)
-	if t.After(time.Now().Add(-lag)) {
-		writeJSON(w, http.StatusUnprocessableEntity, zendeskError{Error: "InvalidValue",
-			Description: fmt.Sprintf("Too recent start_time. Use a start_time older than %s", lag)})
-		return time.Time{}, false
-	}
-	return t, true
-}
-
-func perPage(r *http.Request) int {
-	n, err := strconv.Atoi(r.URL.Query().Get("per_page"))
-	if err != nil || n <= 0 || n > 1000 {
-		return 1000
-	}
-	return n
-}
-
-// exportPos is a position in the ticket export's order: a ticket's
-// generated time, then its ID.
-type exportPos struct {
-	at time.Time
-	id int64
-}
-
-func (p exportPos) less(q exportPos) bool {
-	return p.at.Before(q.at) || (p.at.Equal(q.at) && p.id < q.id)
-}
-
-func encodeCursor(p exportPos) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.at.UnixNano(), 10) + "|" + strconv.FormatInt(p.id, 10)))
-}
-
-func decodeCursor(s string) (exportPos, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return exportPos{}, false
-	}
-	ns, id, ok := strings.Cut(string(b), "|")
-	n, err1 := strconv.ParseInt(ns, 10, 64)
-	i, err2 := strconv.ParseInt(id, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return exportPos{}, false
-	}
-	return exportPos{at: time.Unix(0, n), id: i}, true
-}
-
-// incrementalTickets serves the cursor-based ticket export: tickets in
-// the order of their last change, after the cursor (or from start_time),
-// leaving out the lag.
-func (z *Zendesk) incrementalTickets(w http.ResponseWriter, r *http.Request) {
-	lag, ok := z.exp.admit(w)
-	if !ok {
-		return
-	}
-	var from exportPos
-	inclusive := false
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		if from, ok = decodeCursor(c); !ok {
-			writeJSON(w, http.StatusBadRequest, zendeskError{Error: "InvalidValue", Description: "Invalid cursor"})
-			return
-		}
-	} else {
-		start, ok := exportStart(w, r, lag)
-		if !ok {
-			return
-		}
-		from, inclusive = exportPos{at: start}, true
-	}
-	limit := perPage(r)
-	horizon := time.Now().Add(-lag)
-
-	z.mu.Lock()
-	var rows []*zTicket
-	for _, zt := range z.tickets {
-		p := exportPos{at: zt.updatedAt, id: zt.ID}
-		if (from.less(p) || (inclusive && !p.less(from))) && zt.updatedAt.Before(horizon) {
-			rows = append(rows, zt)
-		}
-	}
-	slices.SortFunc(rows, func(a, b *zTicket) int {
-		pa, pb := exportPos{at: a.updatedAt, id: a.ID}, exportPos{at: b.updatedAt, id: b.ID}
-		switch {
-		case pa.less(pb):
-			return -1
-		case pb.less(pa):
-			return 1
-		}
-		return 0
-	})
-	end := len(rows) <= limit
-	if !end {
-		rows = rows[:limit]
-	}
-	tickets := make([]ticketJSON, 0, len(rows))
-	last := from
-	for _, zt := range rows {
-		t := newTicketJSON(r, zt)
-		tickets = append(tickets, t)
-		last = exportPos{at: zt.updatedAt, id: zt.ID}
-	}
-	z.mu.Unlock()
-	if inclusive && len(rows) == 0 {
-		// Nothing yet: resume from the start time, not from before it.
-		last = exportPos{at: from.at.Add(-time.Nanosecond), id: 1<<63 - 1}
-	}
-	after := encodeCursor(last)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"tickets":       withGenerated(tickets),
-		"after_cursor":  after,
-		"after_url":     fmt.Sprintf("%s://%s/api/v2/incremental/tickets/cursor.json?cursor=%s", requestScheme(r), r.Host, after),
-		"before_cursor": nil,
-		"before_url":    nil,
-		"end_of_stream": end,
-	})
-}
-
-// withGenerated adds generated_timestamp (Unix seconds of the last change)
-// to exported tickets.
-func withGenerated(ts []ticketJSON) []map[string]any {
-	out := make([]map[string]any, 0, len(ts))
-	for _, t := range ts {
-		b, _ := json.Marshal(t)
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		if at, err := time.Parse(time.RFC3339, t.UpdatedAt); err == nil {
-			m["generated_timestamp"] = at.Unix()
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// incrementalTicketEvents serves the time-based ticket event export: each
-// audit from start_time on as a ticket event with its child events
-// (comments in full with include=comment_events), in time order, leaving
-// out the lag. end_time is the next start_time; a full page ends at its
-// last event's second, which the next page repeats (as Zendesk's may).
-func (z *Zendesk) incrementalTicketEvents(w http.ResponseWriter, r *http.Request) {
-	lag, ok := z.exp.admit(w)
-	if !ok {
-		return
-	}
-	start, ok := exportStart(w, r, lag)
-	if !ok {
-		return
-	}
-	comments := strings.Contains(r.URL.Query().Get("include"), "comment_events")
-	limit := perPage(r)
-	horizon := time.Now().Add(-lag)
-
-	type item struct {
-		at  time.Time
-		row map[string]any
-	}
-	var items []item
-	z.mu.Lock()
-	for _, zt := range z.tickets {
-		for _, a := range zt.audits {
-			if a.at.Unix() < start.Unix() || !a.at.Before(horizon) {
-				continue
-			}
-			items = append(items, item{at: a.at, row: exportedAudit(a, comments)})
-		}
-	}
-	z.mu.Unlock()
-	slices.SortFunc(items, func(a, b item) int { return a.at.Compare(b.at) })
-	end := len(items) <= limit
-	endTime := horizon.Unix()
-	if !end {
-		// A page may run past per_page: it takes every event of its last
-		// second, so end_time always moves on.
-		n := limit
-		for n < len(items) && items[n].at.Unix() == items[limit-1].at.Unix() {
-			n++
-		}
-		end = n == len(items)
-		items = items[:n]
-		endTime = items[len(items)-1].at.Unix()
-		if end {
-			endTime = horizon.Unix()
-		}
-	}
-	rows := make([]map[string]any, 0, len(items))
-	for _, it := range items {
-		rows = append(rows, it.row)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"ticket_events": rows,
-		"count":         len(rows),
-		"end_time":      endTime,
-		"end_of_stream": end,
-		"next_page":     fmt.Sprintf("%s://%s/api/v2/incremental/ticket_events.json?start_time=%d", requestScheme(r), r.Host, endTime),
-	})
-}
-
-// exportedAudit renders an audit as a ticket event export row.
-func exportedAudit(a auditJSON, fullComments bool) map[string]any {
-	children := make([]map[string]any, 0, len(a.Events))
-	for _, e := range a.Events {
-		ev, _ := e.(map[string]any)
-		child := map[string]any{"id": ev["id"], "via": a.Via, "via_reference_id": nil}
-		switch ev["type"] {
-		case "Comment":
-			child["event_type"] = "Comment"
-			if fullComments {
-				for _, k := range []string{"type", "author_id", "body", "html_body", "public", "attachments", "audit_id"} {
-					child[k] = ev[k]
-				}
-				child["created_at"] = a.CreatedAt
-			} else {
-				child["comment_present"] = true
-				child["comment_public"] = ev["public"]
-			}
-		default:
-			child["event_type"] = ev["type"]
-			if f, ok := ev["field_name"].(string); ok {
-				child[f] = ev["value"]
-				if p, ok := ev["previous_value"]; ok {
-					child["previous_value"] = p
-				}
-			}
-		}
-		children = append(children, child)
-	}
-	return map[string]any{
-		"id": a.ID, "ticket_id": a.TicketID, "timestamp": a.at.Unix(), "created_at": a.CreatedAt,
-		"updater_id": a.AuthorID, "via": a.Via.Channel, "event_type": "Audit", "child_events": children,
-	}
-}
-
-// me serves GET /api/v2/users/me.json: the API user.
-func (z *Zendesk) me(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"user": map[string]any{
-		"id": ZendeskAgentID, "name": "Support Agent", "email": z.email, "role": "admin", "active": true,
-	}})
 }

@@ -228,3 +228,94 @@ func TestExports_CursorsLagAndRateLimit(t *testing.T) {
 }
 
 func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+// The people and shapes the ingestion rules need, as documented: a CC'd
+// end user's comment (is_staff false, not the requester), a human
+// agent's (is_staff true), a change by no user (actor_id "-1") with the
+// envelope's sub-second time, the CCs event, and a messaging follow-up
+// delivered only as messaging_ticket.message_added. A held delivery is
+// overtaken by a later one.
+func TestWebhooks_PeopleMessagingAndOrder(t *testing.T) {
+	t.Parallel()
+	rc := &receiver{answers: []func(http.ResponseWriter){status(200, "")}}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	z := NewZendesk("a@b.test", "tok")
+	z.SetWebhook(WebhookConfig{URL: srv.URL, Secret: "secret"})
+	z.AddUser(User{ID: 77, Name: "Colleague"})
+	z.AddUser(User{ID: 88, Name: "Human Agent", Role: RoleAgent})
+	z.AddTicket(Ticket{ID: 7, Subject: "Hi", Description: "Help", RequesterID: 42, Status: "open"})
+	z.AddCCs(7, 77)
+	z.AddComment(7, SeedComment{Body: "On it", AuthorID: 88})
+	z.AddComment(7, SeedComment{Body: "Me too", AuthorID: 77})
+	sec := time.Now().Truncate(time.Second)
+	z.InjectWebhookFault(WebhookFault{Type: "status_changed", Delay: 500 * time.Millisecond})
+	z.ChangeStatus(7, StatusChange{Status: "pending", ActorID: 88, At: sec.Add(100 * time.Millisecond)})
+	z.ChangeStatus(7, StatusChange{Status: "open", At: sec.Add(600 * time.Millisecond)})
+	z.AddMessage(7, Message{Body: "Any news?"})
+	z.AddMessage(7, Message{Body: "An agent will answer", ActorType: MessagingSystem})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, z.WaitWebhooks(ctx))
+
+	type env struct {
+		Type   string         `json:"type"`
+		Time   string         `json:"time"`
+		Detail map[string]any `json:"detail"`
+		Event  map[string]any `json:"event"`
+	}
+	var got []env
+	rc.mu.Lock()
+	for _, b := range rc.bodies {
+		var e env
+		require.NoError(t, json.Unmarshal(b, &e))
+		got = append(got, e)
+	}
+	rc.mu.Unlock()
+	byType := map[string][]env{}
+	for _, e := range got {
+		byType[e.Type] = append(byType[e.Type], e)
+	}
+	ccs := byType["zen:event-type:ticket.email_ccs_changed"]
+	require.Len(t, ccs, 1)
+	assert.Equal(t, []any{"77"}, ccs[0].Event["users_added"])
+	assert.Equal(t, []int64{77}, z.CCs(7))
+
+	staff := map[string]any{}
+	for _, e := range byType["zen:event-type:ticket.comment_added"] {
+		author := e.Event["comment"].(map[string]any)["author"].(map[string]any)
+		staff[author["id"].(string)] = author["is_staff"]
+	}
+	assert.Equal(t, map[string]any{"88": true, "77": false}, staff, "is_staff: the agent yes, the CC'd end user no")
+
+	statuses := byType["zen:event-type:ticket.status_changed"]
+	require.Len(t, statuses, 2)
+	assert.Equal(t, "OPEN", statuses[0].Detail["status"], "the held older delivery was overtaken by the newer")
+	assert.Equal(t, "-1", statuses[0].Detail["actor_id"], "a trigger's change: actor -1")
+	assert.Equal(t, "PENDING", statuses[1].Detail["status"])
+	assert.Equal(t, "88", statuses[1].Detail["actor_id"])
+	t0, err := time.Parse(time.RFC3339Nano, statuses[0].Time)
+	require.NoError(t, err)
+	t1, err := time.Parse(time.RFC3339Nano, statuses[1].Time)
+	require.NoError(t, err)
+	assert.True(t, t1.Before(t0), "the envelope times say which came first")
+	assert.Equal(t, sec.Unix(), t0.Unix())
+	assert.Equal(t, sec.Unix(), t1.Unix(), "one second")
+	assert.NotZero(t, t0.Nanosecond(), "sub-second precision")
+
+	msgs := byType["zen:event-type:messaging_ticket.message_added"]
+	require.Len(t, msgs, 2)
+	types := map[string]string{}
+	for _, m := range msgs {
+		assert.Equal(t, map[string]any{"id": "7"}, m.Detail, "a messaging event's detail is the ticket's id")
+		a := m.Event["actor"].(map[string]any)
+		types[a["type"].(string)] = a["id"].(string)
+		assert.NotContains(t, m.Event, "meta")
+	}
+	assert.Equal(t, map[string]string{"end_user": "42", "system": "zd:answerBot"}, types)
+	// The messages are the ticket's comments too; no ticket.* event came of them.
+	assert.Len(t, byType["zen:event-type:ticket.comment_added"], 2)
+	zt, ok := z.Ticket(7)
+	require.True(t, ok)
+	assert.Equal(t, "open", zt.Status)
+}

@@ -25,6 +25,8 @@ type Metrics struct {
 	modelTokens metric.Int64Counter
 	refused     metric.Int64Counter
 	unresolved  metric.Int64Counter
+	deliveries  metric.Int64Counter
+	reconciles  metric.Int64Counter
 }
 
 // newMetrics creates the instruments on meter. The names carry no _total:
@@ -55,6 +57,10 @@ func newMetrics(meter metric.Meter) (*Metrics, error) {
 		"Leg attempts refused before any write, by reason (not_approved, not_owned).")
 	m.unresolved = counter("supportflow_legs_unresolved",
 		"Actions ended needs_attention because a leg's outcome could not be learned from its receiver within the bound, by receiver (zendesk, subscriptions). Alert on any increase.")
+	m.deliveries = counter("supportflow_webhook_deliveries",
+		"Zendesk webhook deliveries answered, by answer (accepted, duplicate, ignored, own_write, refused, unauthorized, unavailable) and by the signing secret that verified it (current, previous, none). Zendesk deactivates a webhook whose deliveries keep failing: alert on unavailable, refused and unauthorized.")
+	m.reconciles = counter("supportflow_reconcile_runs",
+		"Reconciliation passes finished, by result (caught_up; behind: stopped at its request budget, a stuck second or a held ticket; error: ended on an error, keeping what it applied).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -157,4 +163,29 @@ func (m *Metrics) LegUnresolved(receiver string) {
 		return
 	}
 	add(m.unresolved, attribute.String("receiver", receiver))
+}
+
+// WebhookDelivery counts one webhook delivery answered:
+// supportflow_webhook_deliveries_total{answer, secret}. answer is one of
+// "accepted", "duplicate", "ignored", "own_write", "refused" (a 4xx for
+// the body), "unauthorized" (signature or timestamp) or "unavailable"
+// (503: PostgreSQL failed, Zendesk retries). secret is which signing
+// secret verified it: "current", "previous" (during a rotation) or
+// "none".
+func (m *Metrics) WebhookDelivery(answer, secret string) {
+	if m == nil {
+		return
+	}
+	add(m.deliveries, attribute.String("answer", answer), attribute.String("secret", secret))
+}
+
+// ReconcileRun counts one reconciliation pass finished:
+// supportflow_reconcile_runs_total{result}, result being "caught_up",
+// "behind" (it stopped at its request budget, a stuck second or a held
+// ticket) or "error" (it ended on an error, keeping what it applied).
+func (m *Metrics) ReconcileRun(result string) {
+	if m == nil {
+		return
+	}
+	add(m.reconciles, attribute.String("result", result))
 }

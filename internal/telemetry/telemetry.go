@@ -267,7 +267,13 @@ func (t *Telemetry) ClientInterceptors() []interceptor.ClientInterceptor {
 func (t *Telemetry) Tracing() bool { return t.tracerProvider != nil }
 
 // Metrics returns supportflow's own instruments.
-func (t *Telemetry) Metrics() *Metrics { return t.metrics }
+// On a nil *Telemetry it is nil, which counts nothing.
+func (t *Telemetry) Metrics() *Metrics {
+	if t == nil {
+		return nil
+	}
+	return t.metrics
+}
 
 // Shutdown flushes pending spans to the collector and stops both
 // providers, waiting no longer than ctx allows; spans still unsent then

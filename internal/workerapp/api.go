@@ -12,9 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/api"
 	"github.com/supportflow/supportflow/internal/config"
+	"github.com/supportflow/supportflow/internal/ingest"
 	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/internal/telemetry"
 	"github.com/supportflow/supportflow/ledger"
@@ -45,12 +47,18 @@ func RunAPI(ctx context.Context, cfg config.API, logger *slog.Logger, tel *telem
 	defer c.Close()
 	l := ledger.New(pool, cfg.Account)
 	p := proposals.New(pool, cfg.Account)
-	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, ZendeskUserID: cfg.ZendeskUserID,
+	srv, err := api.New(api.Config{Tokens: cfg.Tokens, WebhookSecret: cfg.WebhookSecret, PreviousWebhookSecret: cfg.PreviousWebhookSecret,
+		Metrics: tel.Metrics(), ZendeskUserID: cfg.ZendeskUserID,
 		WebhookRetryAfter: cfg.WebhookRetryAfter, RelayInterval: cfg.RelayInterval,
 		ReadTimeout: cfg.HTTP.Read, WriteTimeout: cfg.HTTP.Write, MaxStreamsPerToken: cfg.MaxStreamsPerToken, KeepAlive: cfg.SSEKeepAlive,
 		Codec: &codec.Codec{Keys: cfg.PayloadKeys, AllowEncode: cfg.CodecAllowEncode}, CodecTokens: cfg.CodecTokens, CodecOrigins: cfg.CodecOrigins, Namespace: cfg.Temporal.Namespace},
-		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Proposals: p, Approvals: p, Converter: o.DataConverter}, l, pool, c, logger)
+		&starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, IDs: supportflow.IDs{Prefix: cfg.IDPrefix}, Proposals: p, Approvals: p, Converter: o.DataConverter}, l, pool, c, logger)
 	if err != nil {
+		return err
+	}
+	// The ingestion gauges (relay backlog, reconciler lag) are read from
+	// PostgreSQL at each scrape of this process's metrics.
+	if err := tel.ObserveIngestion(ingest.NewStore(pool, cfg.Account).Health); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

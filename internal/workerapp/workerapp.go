@@ -17,6 +17,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/supportflow/supportflow"
 	"github.com/supportflow/supportflow/activities"
 	"github.com/supportflow/supportflow/codec"
 	"github.com/supportflow/supportflow/internal/bqlookup"
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg config.Worker, logger *slog.Logger, tel *telem
 	}
 	// Every worker also relays recorded ticket events to Temporal, so an
 	// event the API recorded is handed on even when no API process runs.
-	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, Converter: o.DataConverter}, logger)
+	relay := ingest.NewRelay(store, &starter.Starter{Client: c, TaskQueue: cfg.TaskQueue, IDs: supportflow.IDs{Prefix: cfg.IDPrefix}, Converter: o.DataConverter}, logger)
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	go relay.Run(relayCtx)
