@@ -184,7 +184,7 @@ const (
 	// such activity.
 	//
 	// Where: DraftReply (execute, after the execution settled).
-	// Added: pending.
+	// Added: 2026-12-05 5a4f2f1.
 	// Histories: none (no committed history has activity during an
 	// execution).
 	// Retire: the rule.
