@@ -560,26 +560,25 @@ const (
 	byUnknown
 )
 
-// authorKind places a comment's author the way Zendesk describes people:
-// an end user (the requester, a CC, the customer writing from another
-// address) is the customer; agents, admins and supportflow's own user are
-// staff; a system actor (no user) is neither.
+// authorKind places a comment's author by the webhook's rule (Speaker),
+// with is_staff read from the user's role: an end user (the requester, a
+// CC, the customer writing from another address) is the customer; agents,
+// admins and supportflow's own user are staff; a system actor (no user)
+// is neither.
 // https://developer.zendesk.com/api-reference/ticketing/users/users/ (role)
 func (p *pass) authorKind(author int64) int {
-	switch {
-	case author <= 0:
+	if author <= 0 {
 		return bySystem
-	case author == p.me:
-		return byStaff
 	}
 	role, ok := p.roles[author]
-	switch {
-	case !ok:
+	if !ok && author != p.me {
 		return byUnknown
-	case role == "agent" || role == "admin":
-		return byStaff
 	}
-	return byCustomer
+	isStaff := role == "agent" || role == "admin"
+	if Speaker(author, &isStaff, 0, p.me) == SpeakerCustomer {
+		return byCustomer
+	}
+	return byStaff
 }
 
 // placeComments moves a ticket's comment times forward to what comments
