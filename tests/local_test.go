@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,9 +27,6 @@ import (
 	"github.com/supportflow/supportflow/internal/testenv"
 )
 
-// localEnv is the environment a new user has: none of the services'
-// settings, so the local run brings up its own; free ports for the API and
-// /metrics, so tests can run side by side.
 // startsItsOwnServers skips a test that brings up its own PostgreSQL and
 // dev server (the local run, the bench) when the suite runs against
 // another Temporal: it would measure nothing of that topology, and it
@@ -40,17 +38,26 @@ func startsItsOwnServers(t *testing.T) {
 	}
 }
 
+// localEnv is the environment a new user has: none of the services'
+// settings and none of the local run's own, so the local run brings up its
+// own servers; free ports for everything it binds, so tests can run side by
+// side.
 func localEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
 		case "DATABASE_URL", "TEMPORAL_ADDRESS", "ZENDESK_URL", "ZENDESK_SUBDOMAIN", "SUBSCRIPTIONS_URL", "MODEL_BASE_URL",
-			"BIGQUERY_PROJECT", "SUPPORTFLOW_API_TOKENS", "SUPPORTFLOW_API_TOKENS_FILE", "ZENDESK_WEBHOOK_SECRET", "SUPPORTFLOW_API_ADDR", "SUPPORTFLOW_METRICS_ADDR":
+			"BIGQUERY_PROJECT", "SUPPORTFLOW_API_TOKENS", "SUPPORTFLOW_API_TOKENS_FILE", "ZENDESK_WEBHOOK_SECRET", "SUPPORTFLOW_API_ADDR", "SUPPORTFLOW_METRICS_ADDR",
+			"SUPPORTFLOW_ACCOUNT", "SUPPORTFLOW_PAYLOAD_KEYS", "SUPPORTFLOW_PAYLOAD_KEYS_FILE":
+			continue
+		}
+		if strings.HasPrefix(kv, "SUPPORTFLOW_LOCAL_") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, append([]string{"SUPPORTFLOW_API_ADDR=127.0.0.1:0", "SUPPORTFLOW_METRICS_ADDR=127.0.0.1:0"}, extra...)...)
+	return append(env, append([]string{"SUPPORTFLOW_API_ADDR=127.0.0.1:0", "SUPPORTFLOW_METRICS_ADDR=127.0.0.1:0",
+		"SUPPORTFLOW_LOCAL_TEMPORAL_PORT=0", "SUPPORTFLOW_LOCAL_TEMPORAL_UI_PORT=0", "SUPPORTFLOW_LOCAL_POSTGRES_PORT=0"}, extra...)...)
 }
 
 // The README's run command, as a new user runs it, in its -once mode: it
@@ -63,7 +70,7 @@ func TestLocalRun_DemoProposalIsApplied(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "github.com/supportflow/supportflow/cmd/local", "-once", "-state", t.TempDir())
+	cmd := exec.CommandContext(ctx, "go", "run", "github.com/supportflow/supportflow/cmd/local", "-once", "-state", localStateDir(t))
 	cmd.Env = localEnv()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -82,17 +89,52 @@ type localRun struct {
 	output   func() string
 }
 
+// localBinary builds the local run once per test binary.
+var localBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sf-local-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "local")
+	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/cmd/local")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/local: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func buildLocal(t *testing.T) string {
+	t.Helper()
+	bin, err := localBinary()
+	require.NoError(t, err)
+	return bin
+}
+
 // startLocalRun builds and starts the local run and waits until it is
 // ready (its demo drafts awaiting approval); it is killed at cleanup.
 func startLocalRun(t *testing.T, env ...string) *localRun {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "local")
-	build := exec.Command("go", "build", "-o", bin, "github.com/supportflow/supportflow/cmd/local")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	return startLocalRunIn(t, localStateDir(t), nil, env...)
+}
 
-	lr := &localRun{stateDir: t.TempDir(), exited: make(chan error, 1)}
-	cmd := exec.Command(bin, "-state", lr.stateDir)
+// localStateDir is a state directory for the local run that the postgres
+// OS user can reach when the tests run as root (t.TempDir's parent is
+// closed to other users), so PostgreSQL's data stays inside it.
+func localStateDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
+// startLocalRunIn is startLocalRun on the state directory stateDir, with
+// extra flags.
+func startLocalRunIn(t *testing.T, stateDir string, args []string, env ...string) *localRun {
+	t.Helper()
+	bin := buildLocal(t)
+	lr := &localRun{stateDir: stateDir, exited: make(chan error, 1)}
+	cmd := exec.Command(bin, append([]string{"-state", lr.stateDir}, args...)...)
 	lr.cmd = cmd
 	cmd.Env = localEnv(env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -329,4 +371,161 @@ func TestPII_WebUIRendersDecodedPayload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `"msg":"codec request","path":"/codec/decode".*"origin":"`+regexp.QuoteMeta(ui[1])+`"`, string(logs),
 		"the browser decoded through the API's codec server")
+}
+
+// stop sends SIGINT, as Ctrl-C does, and waits for a clean exit.
+func (lr *localRun) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-lr.exited:
+		require.NoError(t, err, "a clean exit")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the local run did not stop within 2 minutes of SIGINT")
+	}
+	require.Contains(t, lr.output(), "==> stopped cleanly")
+}
+
+// runLocalOnce runs the local run in its -once mode on stateDir and
+// returns its output.
+func runLocalOnce(t *testing.T, stateDir string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildLocal(t), append([]string{"-once", "-state", stateDir}, args...)...)
+	cmd.Env = localEnv()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+// draftOf reads a ticket's draft over the API.
+func draftOf(t *testing.T, apiURL, token, ticket string) (int, supportflow.DraftStatus) {
+	t.Helper()
+	code, body := httpDo(t, "GET", fmt.Sprintf("%s/tickets/%s/draft", apiURL, ticket), token, "")
+	var st supportflow.DraftStatus
+	if code == http.StatusOK {
+		require.NoError(t, json.Unmarshal(body, &st), "%s", body)
+	}
+	return code, st
+}
+
+// Stopped (SIGINT) and started again on the same state directory, the
+// local run keeps both halves of every draft: each draft the first run
+// listed as awaiting approval is listed again by the second, the API shows
+// it awaiting approval with the same proposal, and approving one executes
+// it to the end (its reply action applied). None is an orphan known to one
+// half only.
+func TestLocal_RestartKeepsDraftsWhole(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	state := localStateDir(t)
+
+	first := startLocalRunIn(t, state, nil)
+	out1 := first.output()
+	listed := reProposal.FindAllStringSubmatch(out1, -1)
+	require.Len(t, listed, 3, "the first run lists the three demo drafts")
+	first.stop(t)
+
+	second := startLocalRunIn(t, state, nil)
+	defer second.stop(t)
+	out2 := second.output()
+	require.Contains(t, out2, "==> keeping the state in ")
+	require.Contains(t, out2, "==> kept from the last run: 3 tickets")
+	apiURL, token := reAPI.FindStringSubmatch(out2), reToken.FindStringSubmatch(out2)
+	require.NotNil(t, apiURL, out2)
+	require.NotNil(t, token, out2)
+	relisted := map[string]string{}
+	for _, m := range reProposal.FindAllStringSubmatch(out2, -1) {
+		relisted[m[1]] = m[2]
+	}
+	for _, m := range listed {
+		ticket, proposal := m[1], m[2]
+		assert.Equal(t, proposal, relisted[ticket], "ticket %s's draft is listed again after the restart", ticket)
+		code, st := draftOf(t, apiURL[1], token[1], ticket)
+		require.Equal(t, http.StatusOK, code, "ticket %s's draft is known to the API after the restart", ticket)
+		assert.Equal(t, supportflow.DraftAwaitingApproval, st.State, "ticket %s", ticket)
+		require.NotNil(t, st.Proposal, "ticket %s", ticket)
+		assert.Equal(t, proposal, st.Proposal.ID, "ticket %s", ticket)
+	}
+
+	// The first listed draft proposes two cancellations and a reply:
+	// approving it after the restart executes it to the end.
+	ticket, proposal := listed[0][1], listed[0][2]
+	approveAndWait(t, apiURL[1], token[1], ticket, proposal, "restart-test")
+	code, body := httpDo(t, "GET", fmt.Sprintf("%s/actions/%s", apiURL[1], supportflow.ActionKey(proposal, 0)), token[1], "")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	assert.Contains(t, string(body), `"state":"applied"`)
+}
+
+// A port the local run needs that is already taken stops it at once, with
+// an error naming the port, what needed it and the setting that moves it,
+// before anything was started.
+func TestLocal_PortInUseNamesTheSetting(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	bin := buildLocal(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	addr := taken.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	for _, c := range []struct{ env, want string }{
+		{"SUPPORTFLOW_API_ADDR=" + addr, "SUPPORTFLOW_API_ADDR"},
+		{"SUPPORTFLOW_METRICS_ADDR=" + addr, "SUPPORTFLOW_METRICS_ADDR"},
+		{"SUPPORTFLOW_LOCAL_TEMPORAL_PORT=" + port, "SUPPORTFLOW_LOCAL_TEMPORAL_PORT"},
+		{"SUPPORTFLOW_LOCAL_TEMPORAL_UI_PORT=" + port, "SUPPORTFLOW_LOCAL_TEMPORAL_UI_PORT"},
+		{"SUPPORTFLOW_LOCAL_POSTGRES_PORT=" + port, "SUPPORTFLOW_LOCAL_POSTGRES_PORT"},
+		{"SUPPORTFLOW_LOCAL_STANDINS_PORT=" + port, "SUPPORTFLOW_LOCAL_STANDINS_PORT"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			state := t.TempDir()
+			cmd := exec.CommandContext(ctx, bin, "-state", state)
+			cmd.Env = localEnv(c.env)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", out)
+			assert.Equal(t, 1, exit.ExitCode(), "%s", out)
+			assert.Regexp(t, `local: .*127\.0\.0\.1:`+port+`: the port is already in use .*`+c.want+`=`, string(out))
+			assert.NotContains(t, string(out), "==> starting", "nothing was started")
+			_, err = os.Stat(filepath.Join(state, "postgres"))
+			assert.ErrorIs(t, err, os.ErrNotExist, "no state was created")
+		})
+	}
+}
+
+// The state is kept or started fresh as a whole: -fresh (or
+// SUPPORTFLOW_LOCAL_FRESH=1) removes both halves, and a half that is
+// missing makes the run start both fresh, saying so; neither lists a draft
+// of the run before.
+func TestLocal_FreshSwitchStartsBothHalvesFresh(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	state := localStateDir(t)
+	out := runLocalOnce(t, state)
+	assert.Contains(t, out, "==> new state in ")
+	first := reProposal.FindAllStringSubmatch(out, -1)
+	require.Len(t, first, 3, out)
+
+	// The Temporal history goes missing: PostgreSQL's data must not be
+	// kept without it.
+	require.NoError(t, os.Remove(filepath.Join(state, "temporal.db")))
+	out = runLocalOnce(t, state)
+	assert.Regexp(t, `==> the Temporal history \(temporal\.db\) missing while PostgreSQL's data \(postgres/\).* kept: starting both fresh`, out)
+	assert.NotContains(t, out, "kept from the last run")
+	for _, m := range first {
+		assert.NotContains(t, out, "proposal "+m[2], "a draft of the run before is not listed")
+	}
+	second := reProposal.FindAllStringSubmatch(out, -1)
+	require.Len(t, second, 3, out)
+
+	// -fresh removes both although both are there.
+	out = runLocalOnce(t, state, "-fresh")
+	assert.Contains(t, out, "==> starting fresh (-fresh): removing the kept state in ")
+	assert.NotContains(t, out, "kept from the last run")
+	for _, m := range second {
+		assert.NotContains(t, out, "proposal "+m[2], "a draft of the run before is not listed")
+	}
 }

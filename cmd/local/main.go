@@ -1,16 +1,19 @@
-// Command local runs all of supportflow on one machine: a throwaway
-// PostgreSQL (or DATABASE_URL), the Temporal dev server with its Web UI and
-// supportflow's search attributes, persisting to a local file (or
-// TEMPORAL_ADDRESS), stand-ins for Zendesk, the subscription service,
+// Command local runs all of supportflow on one machine: PostgreSQL (or
+// DATABASE_URL), the Temporal dev server with its Web UI and supportflow's
+// search attributes (or TEMPORAL_ADDRESS), both keeping their state in the
+// state directory, stand-ins for Zendesk, the subscription service,
 // BigQuery and the model (each replaced by the real service as soon as its
-// settings are given), the worker, the HTTP API with the Zendesk webhook,
-// the schedules and a /metrics endpoint. With the stand-ins it seeds demo
-// tickets and drives them through webhook -> enrichment -> draft, then
-// prints what to open and how to approve a draft. Ctrl-C stops everything,
-// letting the worker drain.
+// settings are given), the worker, the HTTP API with the Zendesk webhook
+// and the supervisor console, the schedules and a /metrics endpoint. With
+// the stand-ins it seeds demo tickets and drives them through webhook ->
+// enrichment -> draft, then prints what to open and how to approve a
+// draft. Ctrl-C stops everything, letting the worker drain; the next start
+// goes on from the kept state, or -fresh starts over.
 //
 //	go run ./cmd/local          run until Ctrl-C
 //	go run ./cmd/local -once    run the demo, approve one draft, check it, exit
+//	go run ./cmd/local -slow -fail-cancellation -lose-answer -stall-model
+//	                            the demo with the stand-ins' faults switched on
 package main
 
 import (
@@ -55,21 +58,38 @@ import (
 )
 
 func main() {
-	once := flag.Bool("once", false, "run the demo, approve one draft, verify it, and exit")
-	stateDir := flag.String("state", ".local", "directory for the dev server's history and logs (kept across runs)")
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: go run ./cmd/local [-once] [-state DIR]\n\n")
-		flag.PrintDefaults()
+	fs := flag.NewFlagSet("local", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: go run ./cmd/local [-once] [-state DIR] [-fresh] [-slow] [-fail-cancellation] [-lose-answer] [-stall-model]\n\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(os.Stderr, "\nPorts (0 picks a free port):\n")
+		for _, p := range [][2]string{
+			{"SUPPORTFLOW_API_ADDR", defaultAPIAddr + " (the API, the webhook and the console)"},
+			{"SUPPORTFLOW_METRICS_ADDR", defaultMetricsAddr},
+			{envTemporalPort, strconv.Itoa(defaultTemporalPort) + " (the dev server's frontend)"},
+			{envUIPort, strconv.Itoa(defaultUIPort) + " (the Temporal Web UI)"},
+			{envPostgresPort, strconv.Itoa(defaultPostgresPort)},
+			{envStandinsPort, "0 (N: Zendesk on N, the subscription service N+1, the model N+2, BigQuery N+3)"},
+		} {
+			fmt.Fprintf(os.Stderr, "  %-36s %s\n", p[0], p[1])
+		}
 		fmt.Fprintf(os.Stderr, "\nEnvironment (unset services are started locally or replaced by stand-ins):\n")
 		config.PrintHelp(os.Stderr)
 		config.PrintAPIHelp(os.Stderr)
 	}
-	flag.Parse()
+	sw, err := parseSwitches(fs, os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first Ctrl-C starts the clean stop, a second one kills.
 	go func() { <-ctx.Done(); stop() }()
-	if err := run(ctx, *once, *stateDir); err != nil {
+	if err := run(ctx, sw); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(1)
 	}
@@ -80,6 +100,11 @@ func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 // localTokenName is the name of the API token the local run generates:
 // what its approvals are recorded under.
 const localTokenName = "local"
+
+// localAccount is the account the local run's rows are kept under with
+// the Zendesk stand-in (whose URL, the default account, changes port from
+// run to run).
+const localAccount = "local"
 
 // demoToken is the first API token the demo can draft and approve with.
 func demoToken(tokens []api.Token) (api.Token, bool) {
@@ -100,64 +125,130 @@ func setDefault(name, value string) bool {
 	return true
 }
 
-// ensurePayloadKeys gives the local run its payload keys: the
-// environment's when set, else a key file in the state directory, created
-// with a new random key on the first run and reused after, because the dev
-// server's history there is sealed with it.
-func ensurePayloadKeys(stateDir string) error {
-	if os.Getenv(codec.EnvKeys) != "" || os.Getenv(codec.EnvKeysFile) != "" {
-		return nil
-	}
-	path, err := filepath.Abs(filepath.Join(stateDir, "payload-keys"))
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		key := make([]byte, codec.KeySize)
-		_, _ = rand.Read(key)
-		content := "# supportflow's local payload keys: ID:BASE64KEY, the first encrypts.\n" +
-			"local-" + time.Now().UTC().Format("20060102") + ":" + base64.StdEncoding.EncodeToString(key) + "\n"
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			return err
-		}
-		say("payload key generated in %s (the local history is encrypted with it; keep the file with %s)", path, stateDir)
-	}
-	os.Setenv(codec.EnvKeysFile, path)
-	return nil
-}
-
-// keysHint is the payload-keys setting a starter command needs, without a
-// key in it: the key file's path, or a pointer to the inline variable.
-func keysHint() string {
-	if f := os.Getenv(codec.EnvKeysFile); f != "" {
-		return codec.EnvKeysFile + "=" + f
-	}
-	return codec.EnvKeys + "=<your keys>"
-}
-
 func randomSecret() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-type stack struct {
-	zd       *standin.Zendesk
-	subs     *standin.Subscriptions
-	bq       *standin.BigQuery
-	standins bool
+func randomKey() string {
+	key := make([]byte, codec.KeySize)
+	_, _ = rand.Read(key)
+	return base64.StdEncoding.EncodeToString(key)
 }
 
-func run(ctx context.Context, once bool, stateDir string) error {
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+// stack is the stand-ins; each *Local is true when that stand-in runs.
+type stack struct {
+	zd                                       *standin.Zendesk
+	subs                                     *standin.Subscriptions
+	bq                                       *standin.BigQuery
+	model                                    *standin.Model
+	zendeskLocal, subsLocal, bqLocal, modelL bool
+}
+
+func newStack() *stack {
+	return &stack{
+		zd:    standin.NewZendesk("agent@example.test", "local-zendesk-token"),
+		subs:  standin.NewSubscriptions("local-subscriptions-token"),
+		bq:    standin.NewBigQuery("local-analytics"),
+		model: standin.NewModel("local-model-key"),
+		// A stand-in runs for each service without settings.
+		zendeskLocal: os.Getenv("ZENDESK_URL") == "" && os.Getenv("ZENDESK_SUBDOMAIN") == "",
+		subsLocal:    os.Getenv("SUBSCRIPTIONS_URL") == "",
+		modelL:       os.Getenv("MODEL_BASE_URL") == "",
+		bqLocal:      os.Getenv("BIGQUERY_PROJECT") == "",
+	}
+}
+
+// ports are the addresses the local run binds, each with the setting that
+// moves it.
+type ports struct {
+	api, metrics, temporal, ui, postgres binding
+	standins                             [4]binding // Zendesk, subscriptions, model, BigQuery
+	temporalPort, uiPort, postgresPort   int
+	standinsBase                         int
+}
+
+func readPorts(localPG, localTemporal bool) (*ports, error) {
+	setDefault("SUPPORTFLOW_API_ADDR", defaultAPIAddr)
+	setDefault("SUPPORTFLOW_METRICS_ADDR", defaultMetricsAddr)
+	p := &ports{
+		api:     addrBinding("the HTTP API", "SUPPORTFLOW_API_ADDR", os.Getenv("SUPPORTFLOW_API_ADDR")),
+		metrics: addrBinding("the metrics endpoint", "SUPPORTFLOW_METRICS_ADDR", os.Getenv("SUPPORTFLOW_METRICS_ADDR")),
+	}
+	var errs []error
+	read := func(name string, def int) int {
+		v, err := portOf(name, def)
+		errs = append(errs, err)
+		return v
+	}
+	p.temporalPort = read(envTemporalPort, defaultTemporalPort)
+	p.uiPort = read(envUIPort, defaultUIPort)
+	p.postgresPort = read(envPostgresPort, defaultPostgresPort)
+	p.standinsBase = read(envStandinsPort, defaultStandinsPort)
+	if p.standinsBase > 65535-3 {
+		errs = append(errs, fmt.Errorf("%s=%d: the four stand-ins need it and the three ports above it", envStandinsPort, p.standinsBase))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	p.temporal = portBinding("the Temporal dev server", envTemporalPort, p.temporalPort)
+	p.ui = portBinding("the Temporal Web UI", envUIPort, p.uiPort)
+	p.postgres = portBinding("PostgreSQL", envPostgresPort, p.postgresPort)
+	for i, name := range []string{"the Zendesk stand-in", "the subscription-service stand-in", "the model stand-in", "the BigQuery stand-in"} {
+		port := 0
+		if p.standinsBase != 0 {
+			port = p.standinsBase + i
+		}
+		p.standins[i] = binding{what: name, setting: envStandinsPort, addr: fmt.Sprintf("127.0.0.1:%d", port),
+			hint: fmt.Sprintf("%s=%d (the four stand-ins take it and the three ports above; 0 picks free ports)", envStandinsPort, p.standinsBase+4)}
+	}
+	// Every fixed port is checked before anything starts, so a taken one
+	// is named at once.
+	check := []binding{p.api}
+	if os.Getenv("SUPPORTFLOW_METRICS_ADDR") != "" {
+		check = append(check, p.metrics)
+	}
+	if localTemporal {
+		check = append(check, p.temporal, p.ui)
+	}
+	if localPG {
+		check = append(check, p.postgres)
+	}
+	check = append(check, p.standins[:]...)
+	for _, b := range check {
+		errs = append(errs, b.check())
+	}
+	return p, errors.Join(errs...)
+}
+
+func run(ctx context.Context, sw *switches) error {
+	if err := os.MkdirAll(sw.stateDir, 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(filepath.Join(stateDir, "local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := os.OpenFile(filepath.Join(sw.stateDir, "local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
 	logger := config.NewLogger(logFile, "info")
+
+	localPG, localTemporal := os.Getenv("DATABASE_URL") == "", os.Getenv("TEMPORAL_ADDRESS") == ""
+	pts, err := readPorts(localPG, localTemporal)
+	if err != nil {
+		return err
+	}
+	st := newStack()
+	state, err := newLocalState(sw.stateDir, localPG, localTemporal, st.zendeskLocal, ownKeys())
+	if err != nil {
+		return err
+	}
+	if !localPG || !localTemporal {
+		say("DATABASE_URL or TEMPORAL_ADDRESS is set: that half of the state is yours to keep or clear along with %s", state.dir)
+	}
+	if err := state.prepare(sw.fresh); err != nil {
+		return err
+	}
 
 	var cleanups []func()
 	defer func() {
@@ -167,16 +258,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		say("stopped cleanly")
 	}()
 
-	if os.Getenv("DATABASE_URL") == "" {
-		say("starting a throwaway PostgreSQL")
-		pg, err := devenv.StartPostgres(ctx, devenv.PostgresOptions{Durable: true, Log: logFile})
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { say("stopping PostgreSQL"); _ = pg.Stop() })
-		os.Setenv("DATABASE_URL", pg.URL)
-	}
-	if err := ensurePayloadKeys(stateDir); err != nil {
+	if err := ensurePayloadKeys(sw.stateDir); err != nil {
 		return err
 	}
 	codecToken := os.Getenv("SUPPORTFLOW_CODEC_TOKENS")
@@ -196,36 +278,14 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 	defer gatewayLn.Close()
 	gatewayURL := "http://" + gatewayLn.Addr().String()
-	uiURL := ""
-	if os.Getenv("TEMPORAL_ADDRESS") == "" {
-		// Its own dev server is open: credentials for another Temporal (a
-		// Temporal Cloud key exported in this shell) must not turn TLS on.
-		for _, v := range temporalconn.Vars {
-			if v.Name != temporalconn.EnvAddress && v.Name != temporalconn.EnvNamespace && os.Getenv(v.Name) != "" {
-				say("ignoring %s: the local run starts its own open Temporal dev server (set TEMPORAL_ADDRESS to use yours)", v.Name)
-				os.Unsetenv(v.Name)
-			}
-		}
-		say("starting the Temporal dev server with its Web UI (the CLI is built on first use: a few minutes)")
-		dbFile, _ := filepath.Abs(filepath.Join(stateDir, "temporal.db"))
-		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
-			UI: true, UICodecEndpoint: gatewayURL + "/codec", DBFile: dbFile, Log: logFile, Progress: os.Stdout,
-			SearchAttributes: supportflow.SearchAttributes,
-		})
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, func() { say("stopping the Temporal dev server"); _ = tmp.Stop() })
-		os.Setenv("TEMPORAL_ADDRESS", tmp.Address)
-		uiURL = tmp.UIURL
-		// The UI's page may be opened as 127.0.0.1 or as localhost.
-		setDefault("SUPPORTFLOW_CODEC_CORS_ORIGINS", uiURL+","+strings.Replace(uiURL, "127.0.0.1", "localhost", 1))
-	}
-	st, err := startStandins(&cleanups)
+	uiURL, err := startServers(ctx, state, pts, gatewayURL, logFile, &cleanups)
 	if err != nil {
 		return err
 	}
-	if st.standins {
+	if err := startStandins(st, state, pts, sw, &cleanups); err != nil {
+		return err
+	}
+	if st.zendeskLocal {
 		// The product waits 10 minutes after a new ticket for BigQuery's
 		// replication; the demo's stand-in has no lag.
 		if setDefault("SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "2s") && setDefault("SUPPORTFLOW_ENRICH_UPDATE_DELAY", "1s") {
@@ -240,6 +300,19 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		if lifted {
 			say("resource rate limits raised to 60,000 requests a minute for the stand-ins")
 		}
+		setDefault("ZENDESK_API_USER_ID", strconv.FormatInt(standin.ZendeskAgentID, 10))
+		// The stand-in's URL, the default account, changes port from run
+		// to run; the kept rows must stay the account's.
+		setDefault("SUPPORTFLOW_ACCOUNT", localAccount)
+	}
+	if sw.stallMod && st.modelL && os.Getenv("SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT") == "" &&
+		os.Getenv("SUPPORTFLOW_HEARTBEAT_TIMEOUT") == "" && os.Getenv("SUPPORTFLOW_HEARTBEAT_INTERVAL") == "" {
+		// The attempt's deadline must stay above the heartbeat timeout,
+		// and that above the heartbeat interval (policy.Durations.Validate).
+		os.Setenv("SUPPORTFLOW_MODEL_ATTEMPT_TIMEOUT", "20s")
+		os.Setenv("SUPPORTFLOW_HEARTBEAT_TIMEOUT", "10s")
+		os.Setenv("SUPPORTFLOW_HEARTBEAT_INTERVAL", "2s")
+		say("for -stall-model: model attempt deadline 20s, heartbeat timeout 10s, interval 2s (the product's are 5m, 60s, 15s)")
 	}
 	// The local run's own token holds every role: the demo drafts and
 	// approves with it, and its user is the operator too.
@@ -248,11 +321,6 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		generated = true
 	}
 	setDefault("ZENDESK_WEBHOOK_SECRET", randomSecret())
-	if st.standins {
-		setDefault("ZENDESK_API_USER_ID", strconv.FormatInt(standin.ZendeskAgentID, 10))
-	}
-	setDefault("SUPPORTFLOW_API_ADDR", "127.0.0.1:8080")
-	setDefault("SUPPORTFLOW_METRICS_ADDR", "127.0.0.1:9090")
 
 	cfg, err := config.LoadWorker()
 	if err != nil {
@@ -263,7 +331,7 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		return err
 	}
 	demoTok, ok := demoToken(apiCfg.Tokens)
-	if st.standins && !ok {
+	if st.zendeskLocal && !ok {
 		return fmt.Errorf("the demo drafts and approves over the API: %s needs a token with the app and approver roles", config.EnvAPITokens)
 	}
 	// Migrate before anything reads the schema.
@@ -282,11 +350,12 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	})
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	metricsReady := make(chan string, 1)
-	go func() {
-		if err := telemetry.ServeWith(bgCtx, cfg.MetricsAddr, tel.Handler(), metricsReady, cfg.HTTP); err != nil {
-			logger.Error("metrics endpoint", "error", err)
-		}
-	}()
+	metricsDone := make(chan error, 1)
+	if cfg.MetricsAddr != "" {
+		go func() {
+			metricsDone <- telemetry.ServeWith(bgCtx, cfg.MetricsAddr, tel.Handler(), metricsReady, cfg.HTTP)
+		}()
+	}
 
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- workerapp.Run(bgCtx, cfg, logger, tel) }()
@@ -303,21 +372,47 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	select {
 	case apiAddr = <-apiReady:
 	case err := <-apiDone:
-		return fmt.Errorf("api: %w", err)
+		apiDone <- err
+		return fmt.Errorf("api: %w", pts.api.explain(err))
 	case <-ctx.Done():
 		return nil
 	}
-	select {
-	case metricsAddr = <-metricsReady:
-	case <-time.After(10 * time.Second):
-		return errors.New("the metrics endpoint did not start")
+	if cfg.MetricsAddr != "" {
+		select {
+		case metricsAddr = <-metricsReady:
+		case err := <-metricsDone:
+			return pts.metrics.explain(err)
+		case <-time.After(10 * time.Second):
+			return errors.New("the metrics endpoint did not start")
+		}
 	}
 	apiURL := "http://" + apiAddr
 	upstream, _ := url.Parse(apiURL)
 	gateway := apiCfg.HTTP.Server(codec.Gateway(upstream, codecToken))
 	go func() { _ = gateway.Serve(gatewayLn) }()
 	cleanups = append(cleanups, func() { _ = gateway.Close() })
-	if st.standins {
+
+	// What to open comes first: the console and how to sign in, then what
+	// the starter command needs.
+	say("console: %s/console/ (sign in with the API token below; its roles decide the buttons)", apiURL)
+	if generated {
+		t := apiCfg.Tokens[0]
+		say("api token: %s (named %s, which its approvals are recorded under; roles app, approver, operator)", t.Secret, t.Name)
+	} else {
+		say("api token: one of yours (%s or %s; this run does not print them)", config.EnvAPITokens, config.EnvAPITokensFile)
+	}
+	starterEnv := starterEnvironment(cfg)
+	say("starter retry PROPOSAL_ID (and the other starter commands) need this environment:")
+	fmt.Printf("      export %s\n      go run ./cmd/starter retry PROPOSAL_ID\n", strings.Join(starterEnv, " "))
+	if on := sw.on(); len(on) > 0 {
+		if !st.zendeskLocal {
+			say("demo switches %s apply to the stand-ins only; they change nothing here", strings.Join(on, " "))
+		} else {
+			say("demo switches on: %s", strings.Join(on, " "))
+		}
+	}
+
+	if st.zendeskLocal {
 		// The stand-in sends signed ticket event webhooks for every change,
 		// supportflow's own included, as Zendesk does once a webhook is
 		// subscribed to ticket events.
@@ -351,8 +446,13 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		s.IDs.ReconcileSchedule(), cfg.Durations.ReconcileInterval, s.IDs.PruneSchedule())
 
 	var tickets []int64
-	if st.standins {
-		tickets, err = demo(ctx, s, st, apiURL, demoTok.Secret, apiCfg.WebhookSecret, cfg.Temporal.Address, once)
+	if st.zendeskLocal {
+		d := &demoRun{s: s, st: st, apiURL: apiURL, token: demoTok.Secret}
+		if state.kept {
+			tickets = append(tickets, d.listKept(ctx)...)
+		}
+		seeded, err := d.run(ctx, sw.once)
+		tickets = append(tickets, seeded...)
 		if err != nil {
 			return err
 		}
@@ -370,17 +470,15 @@ func run(ctx context.Context, once bool, stateDir string) error {
 		say("Temporal Web UI: %s (payloads decoded through the codec server at %s/codec; Temporal stores them encrypted)", link, apiURL)
 	}
 	say("api: %s", apiURL)
-	if generated {
-		t := apiCfg.Tokens[0]
-		say("api token: %s (named %s, which its approvals are recorded under; roles app, approver, operator)", t.Secret, t.Name)
-	}
 	if codecGenerated {
 		say("codec: temporal workflow show --address %s -w WORKFLOW_ID --codec-endpoint %s/codec --codec-auth 'Bearer %s'",
 			cfg.Temporal.Address, apiURL, codecToken)
 	}
-	say("metrics: http://%s/metrics", metricsAddr)
+	if metricsAddr != "" {
+		say("metrics: http://%s/metrics", metricsAddr)
+	}
 	say("logs: %s", logFile.Name())
-	if once {
+	if sw.once {
 		return nil
 	}
 	say("press Ctrl-C to stop")
@@ -396,155 +494,224 @@ func run(ctx context.Context, once bool, stateDir string) error {
 	}
 }
 
-// startStandins starts a stand-in for every service without settings.
-func startStandins(cleanups *[]func()) (*stack, error) {
-	st := &stack{
-		zd: standin.NewZendesk("agent@example.test", "local-zendesk-token"), subs: standin.NewSubscriptions("local-subscriptions-token"),
-		bq: standin.NewBigQuery("local-analytics"),
-	}
-	listen := func(name string, h http.Handler) (string, error) {
-		srv, err := standin.Listen(h, "127.0.0.1:0")
+// startServers starts PostgreSQL and the Temporal dev server, each unless
+// its address is given, on the kept state when there is one. When a kept
+// half will not start (its files unreadable), both start fresh.
+func startServers(ctx context.Context, state *localState, pts *ports, gatewayURL string, log io.Writer, cleanups *[]func()) (uiURL string, err error) {
+	for {
+		var pg *devenv.Postgres
+		if state.postgres {
+			if err := state.reachablePostgresDir(); err != nil {
+				return "", err
+			}
+			say("starting PostgreSQL (data in %s)", state.postgresData())
+			pg, err = devenv.StartPostgres(ctx, devenv.PostgresOptions{Durable: true, DataDir: state.postgresData(), Port: pts.postgresPort, Log: log})
+			if err != nil {
+				if perr := pts.postgres.explain(err); perr != err || !state.kept || ctx.Err() != nil {
+					return "", perr
+				}
+				if err := state.discard("PostgreSQL", err); err != nil {
+					return "", err
+				}
+				continue
+			}
+			os.Setenv("DATABASE_URL", pg.URL)
+		}
+		if !state.temporal {
+			if pg != nil {
+				*cleanups = append(*cleanups, func() { say("stopping PostgreSQL"); _ = pg.Stop() })
+			}
+			return "", nil
+		}
+		// Its own dev server is open: credentials for another Temporal (a
+		// Temporal Cloud key exported in this shell) must not turn TLS on.
+		for _, v := range temporalconn.Vars {
+			if v.Name != temporalconn.EnvAddress && v.Name != temporalconn.EnvNamespace && os.Getenv(v.Name) != "" {
+				say("ignoring %s: the local run starts its own open Temporal dev server (set TEMPORAL_ADDRESS to use yours)", v.Name)
+				os.Unsetenv(v.Name)
+			}
+		}
+		say("starting the Temporal dev server with its Web UI, history in %s (the CLI is built on first use: a few minutes)", state.temporalDB)
+		tmp, err := devenv.StartTemporal(ctx, devenv.TemporalOptions{
+			UI: true, UICodecEndpoint: gatewayURL + "/codec", DBFile: state.temporalDB, Log: log, Progress: os.Stdout,
+			Port: pts.temporalPort, UIPort: pts.uiPort,
+			SearchAttributes: supportflow.SearchAttributes,
+		})
 		if err != nil {
-			return "", err
+			perr := pts.temporal.explain(err)
+			if perr == err {
+				perr = pts.ui.explain(err)
+			}
+			if perr != err || !state.kept || ctx.Err() != nil {
+				if pg != nil {
+					_ = pg.Stop()
+				}
+				return "", perr
+			}
+			if pg != nil {
+				say("stopping PostgreSQL to start it fresh")
+				_ = pg.Stop()
+			}
+			if err := state.discard("the Temporal dev server", err); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if pg != nil {
+			*cleanups = append(*cleanups, func() { say("stopping PostgreSQL"); _ = pg.Stop() })
+		}
+		*cleanups = append(*cleanups, func() { say("stopping the Temporal dev server"); _ = tmp.Stop() })
+		os.Setenv("TEMPORAL_ADDRESS", tmp.Address)
+		// The UI's page may be opened as 127.0.0.1 or as localhost.
+		setDefault("SUPPORTFLOW_CODEC_CORS_ORIGINS", tmp.UIURL+","+strings.Replace(tmp.UIURL, "127.0.0.1", "localhost", 1))
+		return tmp.UIURL, nil
+	}
+}
+
+// startStandins serves a stand-in for every service without settings,
+// restores the kept state into them, keeps saving it, and applies the
+// demo switches.
+func startStandins(st *stack, state *localState, pts *ports, sw *switches, cleanups *[]func()) error {
+	if err := state.restore(st); err != nil {
+		return err
+	}
+	listen := func(i int, name string, h http.Handler) (string, error) {
+		b := pts.standins[i]
+		srv, err := standin.Listen(h, b.addr)
+		if err != nil {
+			return "", b.explain(err)
 		}
 		*cleanups = append(*cleanups, func() { srv.Close() })
 		say("%s stand-in at %s", name, srv.URL())
 		return srv.URL(), nil
 	}
-	if os.Getenv("ZENDESK_URL") == "" && os.Getenv("ZENDESK_SUBDOMAIN") == "" {
-		u, err := listen("Zendesk", st.zd)
+	if st.zendeskLocal {
+		u, err := listen(0, "Zendesk", st.zd)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		os.Setenv("ZENDESK_URL", u)
 		os.Setenv("ZENDESK_EMAIL", "agent@example.test")
 		os.Setenv("ZENDESK_API_TOKEN", "local-zendesk-token")
-		st.standins = true
 	}
-	if os.Getenv("SUBSCRIPTIONS_URL") == "" {
-		u, err := listen("subscription-service", st.subs)
+	if st.subsLocal {
+		u, err := listen(1, "subscription-service", st.subs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		os.Setenv("SUBSCRIPTIONS_URL", u)
 		os.Setenv("SUBSCRIPTIONS_TOKEN", "local-subscriptions-token")
 	}
-	if os.Getenv("MODEL_BASE_URL") == "" {
-		u, err := listen("model", standin.NewModel("local-model-key"))
+	if st.modelL {
+		u, err := listen(2, "model", st.model)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		os.Setenv("MODEL_BASE_URL", u+"/v1")
 		os.Setenv("MODEL_API_KEY", "local-model-key")
 		os.Setenv("MODEL_NAME", "standin")
 	}
-	if os.Getenv("BIGQUERY_PROJECT") == "" {
-		u, err := listen("BigQuery", st.bq)
+	if st.bqLocal {
+		u, err := listen(3, "BigQuery", st.bq)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		os.Setenv("BIGQUERY_ENDPOINT", u+"/bigquery/v2/")
 		os.Setenv("BIGQUERY_PROJECT", "local-analytics")
 		os.Setenv("BIGQUERY_DATASET", "commerce")
 	}
-	return st, nil
+	applySwitches(st, sw)
+	if st.zendeskLocal && (state.postgres || state.temporal) {
+		saver := &standinSaver{path: filepath.Join(state.dir, standinsName), st: st}
+		if err := saver.save(); err != nil {
+			return fmt.Errorf("saving the stand-ins' state: %w", err)
+		}
+		stop := make(chan struct{})
+		go saver.every(2*time.Second, stop, func(err error) { say("saving the stand-ins' state: %v", err) })
+		// Appended before the worker's cleanup, so it runs after the
+		// worker stopped: the last save holds everything it wrote.
+		*cleanups = append(*cleanups, func() {
+			close(stop)
+			if err := saver.save(); err != nil {
+				say("saving the stand-ins' state: %v", err)
+			}
+		})
+	}
+	return nil
 }
 
-// demoTicket is one seeded ticket.
-type demoTicket struct {
-	subject, body, name string
-	subs                []string
+// applySwitches injects the demo switches' faults into the stand-ins.
+func applySwitches(st *stack, sw *switches) {
+	// A request takes the first injected fault that matches it, so the
+	// one-off faults go before the slow ones, which apply to the rest.
+	if sw.failCancellation && st.subsLocal {
+		st.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/*", Status: http.StatusUnprocessableEntity, Times: 1})
+	}
+	if sw.loseAnswer && st.zendeskLocal {
+		st.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", DropAfterApply: true, Times: 1})
+	}
+	if sw.stallMod && st.modelL {
+		st.model.Inject(standin.ModelFault{Silence: true, Times: 1})
+	}
+	if sw.slow {
+		if st.modelL {
+			st.model.Inject(standin.ModelFault{TokenDelay: 300 * time.Millisecond, Times: -1})
+		}
+		if st.zendeskLocal {
+			st.zd.Inject(standin.Fault{Method: "PUT", Path: "/api/v2/tickets/*", Delay: 2 * time.Second, Times: -1})
+		}
+		if st.subsLocal {
+			st.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/*", Delay: 2 * time.Second, Times: -1})
+		}
+	}
 }
 
-var demoTickets = []demoTicket{
-	{"Please cancel my subscriptions", "I'd like to cancel both of my plans, please.", "Dana", []string{"demo-sub-1", "demo-sub-2"}},
-	{"Late delivery", "My box has not arrived yet. Where is it?", "Lee", []string{"demo-sub-3"}},
-	{"Charged twice", "I see two charges this month.", "Kim", nil},
+// starterEnvironment is what cmd/starter reads to reach this run's
+// Temporal and database (see cmd/starter's doc), as export arguments.
+// Secrets are never printed: a setting that holds one is named only.
+func starterEnvironment(cfg config.Worker) []string {
+	env := []string{
+		"TEMPORAL_ADDRESS=" + cfg.Temporal.Address,
+		"TEMPORAL_NAMESPACE=" + cfg.Temporal.Namespace,
+		"SUPPORTFLOW_TASK_QUEUE=" + cfg.TaskQueue,
+	}
+	if cfg.IDPrefix != "" {
+		env = append(env, "SUPPORTFLOW_ID_PREFIX="+cfg.IDPrefix)
+	}
+	switch {
+	case os.Getenv(codec.EnvKeysFile) != "":
+		env = append(env, codec.EnvKeysFile+"="+shellQuote(os.Getenv(codec.EnvKeysFile)))
+	default:
+		env = append(env, codec.EnvKeys+"=<yours>")
+	}
+	if v := os.Getenv("SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS"); v != "" {
+		env = append(env, "SUPPORTFLOW_ADMIT_UNSEALED_PAYLOADS="+shellQuote(v))
+	}
+	for _, v := range temporalconn.Vars {
+		if v.Name != temporalconn.EnvAddress && v.Name != temporalconn.EnvNamespace && os.Getenv(v.Name) != "" {
+			env = append(env, v.Name+"=<yours>")
+		}
+	}
+	if u, err := url.Parse(cfg.DatabaseURL); err == nil && u.User != nil {
+		if _, hasPassword := u.User.Password(); !hasPassword && u.Hostname() == "127.0.0.1" {
+			env = append(env, "DATABASE_URL="+shellQuote(cfg.DatabaseURL))
+		} else {
+			env = append(env, "DATABASE_URL=<yours>")
+		}
+	} else {
+		env = append(env, "DATABASE_URL=<yours>")
+	}
+	return append(env, "SUPPORTFLOW_ACCOUNT="+shellQuote(cfg.Account))
 }
 
-// demo seeds the demo tickets on the stand-ins and drives each through
-// the front door: a signed Zendesk webhook (mirror + enrichment), then a
-// draft requested over the HTTP API, until it awaits approval. It prints
-// how to approve each. With once, it approves the first over the API and
-// checks that exactly one comment and one cancellation per subscription
-// landed. Ticket IDs come from the clock, so a restarted local run never
-// meets an earlier run's workflows.
-func demo(ctx context.Context, s *starter.Starter, st *stack, apiURL, token, secret, temporalAddr string, once bool) ([]int64, error) {
-	base := time.Now().Unix() * 10
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	var ids []int64
-	proposals := map[int64]string{}
-	for i, d := range demoTickets {
-		requester := base*10 + int64(i)
-		t := standin.Ticket{ID: base + int64(i), Subject: d.subject, Description: d.body, RequesterID: requester, RequesterName: d.name, Status: "new"}
-		st.zd.AddTicket(t)
-		for _, sub := range d.subs {
-			st.subs.AddSubscription(sub, fmt.Sprintf("demo-customer-%d", i))
-		}
-		st.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: fmt.Sprintf("demo-customer-%d", i), Email: strings.ToLower(d.name) + "@example.test",
-			Orders: int64(3 + 4*i), ActiveSubscriptions: d.subs})
-		ids = append(ids, t.ID)
-
-		say("ticket %d (%q): created; Zendesk's ticket.created webhook starts its enrichment, which waits for its delay", t.ID, t.Subject)
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@=,+", r))
+	}) < 0 {
+		return s
 	}
-	for _, id := range ids {
-		if err := waitFor(ctx, func() (bool, error) {
-			e, err := s.EnrichmentStatus(ctx, id)
-			if err == nil && e.State == supportflow.EnrichEnriched && !e.Found {
-				return false, fmt.Errorf("the lookup found no customer (%+v)", e)
-			}
-			if err == nil && e.State == supportflow.EnrichDeadLetter {
-				return false, fmt.Errorf("the lookup was dead-lettered: %s", e.Error)
-			}
-			return err == nil && e.State == supportflow.EnrichEnriched, nil
-		}); err != nil {
-			return ids, fmt.Errorf("demo: ticket %d was not enriched: %w", id, err)
-		}
-		if err := post(ctx, fmt.Sprintf("%s/tickets/%d/drafts", apiURL, id), token, nil, nil, http.StatusAccepted); err != nil {
-			return ids, fmt.Errorf("demo: draft of ticket %d: %w", id, err)
-		}
-	}
-	for _, id := range ids {
-		var d supportflow.DraftStatus
-		if err := waitFor(ctx, func() (bool, error) {
-			var err error
-			d, err = s.DraftStatus(ctx, id)
-			if err == nil && supportflow.DraftTerminal(d.State) {
-				return false, fmt.Errorf("the draft ended %s: %s", d.State, d.Error)
-			}
-			return err == nil && d.State == supportflow.DraftAwaitingApproval, nil
-		}); err != nil {
-			return ids, fmt.Errorf("demo: ticket %d: %w", id, err)
-		}
-		proposals[id] = d.Proposal.ID
-		say("ticket %d: proposal %s awaits approval: %q (cancel %v)", id, d.Proposal.ID, d.Proposal.Reply, d.Proposal.CancelSubscriptions)
-		say("  approve: curl -s -X POST -H 'Authorization: Bearer %s' %s/proposals/%s/approve", token, apiURL, d.Proposal.ID)
-		say("  or:      TEMPORAL_ADDRESS=%s %s go run ./cmd/starter approve %d %s", temporalAddr, keysHint(), id, d.Proposal.ID)
-	}
-	if !once {
-		return ids, nil
-	}
-	first := ids[0]
-	if err := post(ctx, apiURL+"/proposals/"+proposals[first]+"/approve", token, []byte(`{"approved_by":"local-demo"}`), nil, http.StatusOK); err != nil {
-		return ids, fmt.Errorf("demo: approve: %w", err)
-	}
-	if err := waitFor(ctx, func() (bool, error) {
-		d, err := s.DraftStatus(ctx, first)
-		return err == nil && d.State == supportflow.DraftDone, nil
-	}); err != nil {
-		return ids, fmt.Errorf("demo: the approved draft of ticket %d did not finish: %w", first, err)
-	}
-	if n := st.zd.CommentCount(first); n != 1 {
-		return ids, fmt.Errorf("demo: %d comments on ticket %d, want exactly 1", n, first)
-	}
-	for _, sub := range demoTickets[0].subs {
-		if n := st.subs.Cancellations(sub); n != 1 {
-			return ids, fmt.Errorf("demo: %s cancelled %d times, want exactly 1", sub, n)
-		}
-	}
-	say("demo draft approved and applied: 1 comment, 2 cancellations (ticket %d)", first)
-	return ids, nil
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func post(ctx context.Context, u, token string, body []byte, h http.Header, want int) error {

@@ -165,6 +165,11 @@ func prepareDataDir(ctx context.Context, bin, dir string, runAs *osUser, log io.
 		if err := chown(dir, runAs); err != nil {
 			return "", fmt.Errorf("devenv: giving %s to the %s user: %w", dir, runAs.name, err)
 		}
+		// The server runs as runAs, which must be able to reach dir.
+		if blocked := unsearchableAncestor(dir, runAs); blocked != "" {
+			return "", fmt.Errorf("devenv: PostgreSQL runs as the %s OS user (it refuses to run as root), which cannot reach %s: "+
+				"%s is not searchable by it; keep the data directory somewhere it can reach, or run as another user", runAs.name, dir, blocked)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
 		return dir, nil
@@ -381,4 +386,19 @@ func withDatabase(connString, name string) (string, error) {
 	}
 	// Keyword/value form: a later dbname overrides an earlier one.
 	return strings.TrimSpace(connString) + " dbname=" + name, nil
+}
+
+// PostgresCannotReach returns, when PostgreSQL would run as another OS
+// user (this process is root), the first directory above dir that the
+// user cannot search, so a DataDir under it would fail; "" otherwise.
+func PostgresCannotReach(dir string) (string, error) {
+	runAs, err := postgresRunAs()
+	if err != nil || runAs == nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("devenv: %w", err)
+	}
+	return unsearchableAncestor(abs, runAs), nil
 }

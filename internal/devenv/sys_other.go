@@ -24,3 +24,5 @@ func tryLock(*os.File) (bool, error) { return true, nil }
 func chown(string, *osUser) error { return nil }
 
 func ramTempBase() string { return "" }
+
+func unsearchableAncestor(string, *osUser) string { return "" }

@@ -4,6 +4,7 @@ package devenv
 
 import (
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -37,4 +38,36 @@ func tryLock(f *os.File) (bool, error) {
 // chown gives path to u; it is used only when running as root.
 func chown(path string, u *osUser) error {
 	return os.Chown(path, int(u.uid), int(u.gid))
+}
+
+// unsearchableAncestor returns the first directory above dir (which must be
+// absolute) that u may not search (its x bit for u's owner, group or other
+// class is off), or "" when u can reach dir.
+func unsearchableAncestor(dir string, u *osUser) string {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return p
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return ""
+		}
+		mode := fi.Mode().Perm()
+		var x os.FileMode
+		switch {
+		case st.Uid == u.uid:
+			x = 0o100
+		case st.Gid == u.gid:
+			x = 0o010
+		default:
+			x = 0o001
+		}
+		if mode&x == 0 {
+			return p
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
 }

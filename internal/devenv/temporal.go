@@ -39,6 +39,9 @@ type TemporalOptions struct {
 	UICodecEndpoint string
 	// Port is the frontend gRPC port on 127.0.0.1. 0 means a free port.
 	Port int
+	// UIPort is the web UI's port on 127.0.0.1, with UI. 0 means a free
+	// port.
+	UIPort int
 	// Log receives the server's output. nil discards it.
 	Log io.Writer
 	// Progress receives progress lines if the CLI has to be built first.
@@ -87,6 +90,9 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 		port, httpPort, metricsPort, uiPort := ports[0], ports[1], ports[2], ports[3]
 		if opts.Port != 0 {
 			port = opts.Port
+		}
+		if opts.UIPort != 0 {
+			uiPort = opts.UIPort
 		}
 		args := []string{"server", "start-dev",
 			"--ip", "127.0.0.1",
@@ -146,7 +152,7 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 		_ = proc.stop(syscall.SIGINT, 10*time.Second)
 		out := proc.tail.String()
 		bindErr := strings.Contains(out, "already in use") || strings.Contains(out, "can't set")
-		if opts.Port != 0 || attempt == attempts || !proc.exited() || !bindErr {
+		if opts.Port != 0 || opts.UIPort != 0 || attempt == attempts || !proc.exited() || !bindErr {
 			return nil, err
 		}
 	}
