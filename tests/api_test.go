@@ -84,7 +84,9 @@ func (s *stack) apiWith(mod func(*api.Config)) *apiClient {
 	hs := httptest.NewServer(srv)
 	relayDone := make(chan struct{})
 	go func() { srv.RunRelay(context.Background()); close(relayDone) }()
-	s.t.Cleanup(func() { hs.Close(); srv.Close(); <-relayDone })
+	// The server first: it ends the event streams a browser may still hold,
+	// which hs.Close would otherwise wait for.
+	s.t.Cleanup(func() { srv.Close(); hs.CloseClientConnections(); hs.Close(); <-relayDone })
 	return &apiClient{t: s.t, s: s, url: hs.URL}
 }
 

@@ -14,8 +14,14 @@
 //	GET  /tickets/{id}/draft/events     [app] Server-Sent Events of state and progress, until it settles (at most MaxStreamsPerToken open per token)
 //	POST /proposals/{id}/approve        [approver] approve the current proposal
 //	POST /proposals/{id}/reject         [approver] reject it
+//	POST /proposals/{id}/reply-myself   [approver] reject it and take its reply to send by hand, once (409 for every other taker)
 //	POST /proposals/{id}/retry          [operator] run a failed approved proposal again (same keys)
 //	GET  /actions/{key}                 [app] an action's ledger row
+//	GET  /whoami                        [any token] the token's name and roles
+//	GET  /proposals                     [app] proposals, newest first (?state=, ?ticket_id=, ?limit=)
+//	GET  /proposals/{id}                [app] one proposal, its decision and what took its place
+//	GET  /tickets/{id}/draft/conversation [app] the conversation the model saw (?proposal_id=)
+//	GET  /console/                      the supervisor console's page and assets (no token; /console redirects)
 //	POST /webhooks/zendesk              Zendesk's ticket event webhooks (signed; see webhook)
 //	POST /codec/encode, /codec/decode   the codec server for the Web UI and the temporal CLI (codec tokens; see codec.go)
 //	GET  /healthz, /readyz              process up; PostgreSQL and Temporal reachable
@@ -252,6 +258,7 @@ func New(cfg Config, st *starter.Starter, l *ledger.Ledger, pool *pgxpool.Pool, 
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.pattern, s.authed(rt.role, rt.handler))
 	}
+	s.mountConsole() // GET /whoami, /proposals, /proposals/{id}, /tickets/{id}/draft/conversation, /console/ (console_routes.go)
 	s.mux.HandleFunc("POST /webhooks/zendesk", s.webhook)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -281,6 +288,7 @@ func (s *Server) routes() []route {
 		{"GET /tickets/{id}/draft/events", RoleApp, s.draftEvents},
 		{"POST /proposals/{id}/approve", RoleApprover, s.approve},
 		{"POST /proposals/{id}/reject", RoleApprover, s.reject},
+		{"POST /proposals/{id}/reply-myself", RoleApprover, s.replyMyself},
 		{"POST /proposals/{id}/retry", RoleOperator, s.retry},
 		{"GET /actions/{key}", RoleApp, s.getAction},
 	}

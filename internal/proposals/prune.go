@@ -11,7 +11,8 @@ import (
 // Prune deletes this account's proposals last changed before cutoff that
 // are done, rejected, superseded, expired or failed, except a ticket's
 // newest proposal; then approvals approved before cutoff of which neither
-// the proposal nor an action is left. A proposal awaiting approval or
+// the proposal nor an action is left, and replies taken into the editor
+// (reply_takeover) before cutoff whose proposal is gone. A proposal awaiting approval or
 // executing is never deleted, however old. Run it after ledger.Prune,
 // which deletes the actions an approval waits for (the PruneLedger
 // activity runs both). It returns the rows deleted, by table.
@@ -38,6 +39,16 @@ AND NOT EXISTS (SELECT 1 FROM proposal p WHERE p.account = approval.account AND 
 AND NOT EXISTS (SELECT 1 FROM action a WHERE a.account = approval.account AND a.proposal_id = approval.proposal_id)
 AND approved_at < $2 LIMIT $3)`, s.account, cutoff)
 	out["approval"] = n
+	if err != nil {
+		return out, fmt.Errorf("proposals: %w", err)
+	}
+	// A reply taken into the editor goes with its proposal: while the
+	// proposal is kept, the row still refuses a second taker.
+	n, err = ledger.PruneInBatches(ctx, s.db, "reply_takeover", `DELETE FROM reply_takeover WHERE ctid IN (SELECT ctid FROM reply_takeover
+WHERE account = $1
+AND NOT EXISTS (SELECT 1 FROM proposal p WHERE p.account = reply_takeover.account AND p.proposal_id = reply_takeover.proposal_id)
+AND taken_at < $2 LIMIT $3)`, s.account, cutoff)
+	out["reply_takeover"] = n
 	if err != nil {
 		return out, fmt.Errorf("proposals: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/supportflow/supportflow"
+	"github.com/supportflow/supportflow/internal/proposals"
 	"github.com/supportflow/supportflow/ledger"
 )
 
@@ -68,13 +69,25 @@ func TestPrune_NewestProposalAndApprovalsOfLiveActionsStay(t *testing.T) {
 		require.Equal(t, supportflow.StateApplied, state)
 	}
 
+	// Replies taken into the editor: p-old's goes with its proposal,
+	// p-new's stays while p-new does.
+	for _, tk := range []proposals.Takeover{{ProposalID: "p-old", TicketID: 7, TakenBy: "token-a"}, {ProposalID: "p-new", TicketID: 7, TakenBy: "token-a"}} {
+		_, claimed, err := s.ClaimTakeover(ctx, tk)
+		require.NoError(t, err)
+		require.True(t, claimed)
+	}
+
 	cutoff := time.Now().Add(time.Hour)
 	actions, err := l.Prune(ctx, cutoff)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.Pruned{"action": 1}, actions, "p-old's applied action; p-app's is not terminal")
 	pruned, err := s.Prune(ctx, cutoff)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"proposal": 1, "approval": 1}, pruned)
+	assert.Equal(t, map[string]int64{"proposal": 1, "approval": 1, "reply_takeover": 1}, pruned)
+	_, err = s.GetTakeover(ctx, "p-old")
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "its proposal is gone")
+	_, err = s.GetTakeover(ctx, "p-new")
+	assert.NoError(t, err, "its proposal is kept")
 
 	_, err = s.GetProposal(ctx, "p-old")
 	assert.ErrorIs(t, err, supportflow.ErrNotFound, "a terminal proposal a newer one replaced")
