@@ -5,7 +5,11 @@
  * preceded by window.__zafStandinConfig:
  *   { data: {"ticket.id": 123, ...},  the values client.get answers
  *     metadata: {settings: {...}},    what client.metadata() answers (no secure settings)
- *     proxy: "/zaf-proxy" }           where requests go, as Zendesk's proxy
+ *     proxy: "/zaf-proxy",            where requests go, as Zendesk's proxy
+ *     timeScale: 0.01 }               optional: the app's setTimeout delays are
+ *                                     scaled by it (recorded unscaled in
+ *                                     window.__zaf.timeouts), so a test sees
+ *                                     minutes of polling in seconds
  *
  * It answers as the ZAF client documents
  * (https://developer.zendesk.com/api-reference/apps/apps-core-api/client_api/):
@@ -17,18 +21,50 @@
  *   - request(options) sends the request through the test's proxy, which
  *     fills in {{setting.NAME}} for secure settings server-side when
  *     options.secure is true; it resolves with the body (parsed when JSON)
- *     on 2xx and rejects with {status, statusText, responseText} otherwise;
+ *     on 2xx, or with {status, headers, responseJSON, responseText} when
+ *     options.httpCompleteResponse is set, and rejects with {status,
+ *     statusText, responseText} otherwise; options.timeout (ms) makes an
+ *     unanswered request reject with status 0, statusText 'timeout';
  *   - invoke(name, ...args) records the call in window.__zaf.invoked and
- *     resolves; 'ticket.editor.insert' is also kept in window.__zaf.inserted;
+ *     resolves; 'ticket.editor.insert' is also kept in window.__zaf.inserted,
+ *     and rejects (inserting nothing) while window.__zaf.failInsert is true;
  *   - on('app.registered') fires once, after init, with the metadata and
- *     context, as the framework's handshake does.
+ *     context, as the framework's handshake does; window.__zaf.fire(name,
+ *     data) fires any other event (app.activated, app.deactivated) on every
+ *     client, as Zendesk does when the agent switches tabs.
  * Every request's options are kept in window.__zaf.requests, so the test
- * can see what the app sent (placeholders, never the token).
+ * can see what the app sent (placeholders, never the token). Every answered
+ * request and every insert gets the next number of one sequence in
+ * window.__zaf.events ({seq, kind: 'response' | 'insert', ...}), so a test
+ * can tell which came first.
  */
 (function () {
   'use strict';
   var config = window.__zafStandinConfig || {};
-  var record = (window.__zaf = { invoked: [], inserted: [], requests: [], gets: [] });
+  var record = (window.__zaf = { invoked: [], inserted: [], requests: [], gets: [], events: [], timeouts: [], failInsert: false });
+  var clients = [];
+  var seq = 0;
+  function event(e) { e.seq = ++seq; record.events.push(e); }
+  record.fire = function (name, data) {
+    clients.forEach(function (c) { c._fire(name, data); });
+  };
+
+  // The stand-in's own timers run at the real pace; the app's are scaled.
+  var realSetTimeout = window.setTimeout.bind(window);
+  var realClearTimeout = window.clearTimeout.bind(window);
+  if (config.timeScale > 0 && config.timeScale !== 1) {
+    window.setTimeout = function (fn, ms) {
+      var args = Array.prototype.slice.call(arguments, 2);
+      record.timeouts.push(ms || 0);
+      return realSetTimeout.apply(window, [fn, (ms || 0) * config.timeScale].concat(args));
+    };
+  } else {
+    window.setTimeout = function (fn, ms) {
+      var args = Array.prototype.slice.call(arguments, 2);
+      record.timeouts.push(ms || 0);
+      return realSetTimeout.apply(window, [fn, ms].concat(args));
+    };
+  }
 
   function copy(v) { return v === undefined ? undefined : JSON.parse(JSON.stringify(v)); }
 
@@ -36,7 +72,8 @@
     this._handlers = {};
     this._registered = false;
     var self = this;
-    setTimeout(function () {
+    clients.push(this);
+    realSetTimeout(function () {
       self._registered = true;
       self._fire('app.registered', { metadata: copy(config.metadata), context: self._context() });
     }, 0);
@@ -111,7 +148,14 @@
     if (typeof name !== 'string') throw new Error('Invoke only supports string arguments.');
     var args = Array.prototype.slice.call(arguments, 1);
     record.invoked.push({ name: name, args: copy(args) });
-    if (name === 'ticket.editor.insert') record.inserted.push(args[0]);
+    if (name === 'ticket.editor.insert') {
+      if (record.failInsert) {
+        event({ kind: 'insert-refused' });
+        return Promise.reject(new Error('ticket.editor.insert refused (window.__zaf.failInsert)'));
+      }
+      record.inserted.push(args[0]);
+      event({ kind: 'insert' });
+    }
     return Promise.resolve({ errors: {} });
   };
 
@@ -126,21 +170,34 @@
       data: typeof options.data === 'string' ? options.data : (options.data === undefined ? '' : JSON.stringify(options.data)),
       secure: options.secure === true
     };
+    var abort = new AbortController();
+    var timedOut = false;
+    var timer = options.timeout > 0 ? realSetTimeout(function () { timedOut = true; abort.abort(); }, options.timeout) : null;
     return fetch(config.proxy || '/zaf-proxy', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(body)
+      body: JSON.stringify(body),
+      signal: abort.signal
     }).then(function (res) {
       return res.text().then(function (text) {
+        realClearTimeout(timer);
+        event({ kind: 'response', type: body.type, url: body.url, status: res.status });
         if (res.status >= 200 && res.status < 300) {
           var json = (res.headers.get('Content-Type') || '').indexOf('json') >= 0 || options.dataType === 'json';
-          if (json && text !== '') return JSON.parse(text);
-          return text;
+          var parsed = json && text !== '' ? JSON.parse(text) : text;
+          if (options.httpCompleteResponse) {
+            var headers = {};
+            res.headers.forEach(function (v, k) { headers[k] = v; });
+            return { status: res.status, headers: headers, responseJSON: json ? parsed : undefined, responseText: text };
+          }
+          return parsed;
         }
         throw { status: res.status, statusText: res.statusText, responseText: text };
       });
     }, function () {
-      throw { status: 0, statusText: 'error', responseText: '' };
+      realClearTimeout(timer);
+      event({ kind: 'response', type: body.type, url: body.url, status: 0 });
+      throw { status: 0, statusText: timedOut ? 'timeout' : 'error', responseText: '' };
     });
   };
 
