@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,11 +68,28 @@ func startBrowser(t *testing.T) *browser {
 	if !ok {
 		t.Skip("Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it), or set SUPPORTFLOW_CHROMIUM")
 	}
+	// The profile is removed after Chromium's whole process group is
+	// gone; a helper process that outlives it for a moment must not fail
+	// the test, so the removal is retried and its last error ignored.
+	profile, err := os.MkdirTemp("", "supportflow-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 20 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
 		"--window-size=1280,900", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-		"--user-data-dir="+t.TempDir(), "about:blank")
+		"--user-data-dir="+profile, "about:blank")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		cancel()
