@@ -731,6 +731,31 @@ func TestReplyMyself_ExactlyOneTakerAcrossConcurrentCalls(t *testing.T) {
 	assert.NotContains(t, string(resp), "Your plan is cancelled.")
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, supportflow.DraftAwaitingApproval, s.waitState(tc.ID, supportflow.DraftAwaitingApproval).State, "nothing was rejected")
+
+	// A supervisor rejects a reply-only proposal ("wrong answer") and a
+	// takeover follows at once, likely before the draft has recorded the
+	// rejection: the draft accepts the repeated rejection, but the reply
+	// is not handed out and nothing stays claimed.
+	s.model.SetResponder(func(standin.ChatRequest) string {
+		b, _ := json.Marshal(map[string]any{"reply": reply, "cancel_subscriptions": []string{}})
+		return string(b)
+	})
+	tr := standin.Ticket{ID: 73000 + ticketIDs.Add(1), Subject: "Password", Description: "How do I reset my password?",
+		RequesterID: 73000 + ticketIDs.Add(1), RequesterName: "Cy", Status: "new"}
+	s.zd.AddTicket(tr)
+	s.waitMirrored(tr.ID)
+	code, resp = c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tr.ID), apiToken, nil, nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", resp)
+	str := s.waitState(tr.ID, supportflow.DraftAwaitingApproval)
+	code, resp = c.do("POST", "/proposals/"+str.Proposal.ID+"/reject", apiToken, []byte(`{"reason":"wrong answer"}`), nil)
+	require.Equal(t, http.StatusOK, code, "%s", resp)
+	code, resp = c.do("POST", "/proposals/"+str.Proposal.ID+"/reply-myself", apiToken, []byte(`{"on_behalf_of":"Cy"}`), nil)
+	require.Equal(t, http.StatusConflict, code, "a reply a supervisor rejected is never handed out: %s", resp)
+	require.NoError(t, json.Unmarshal(resp, &refused))
+	assert.Equal(t, "/problems/proposal-not-awaiting-approval", refused.Type, "%s", resp)
+	assert.NotContains(t, string(resp), reply)
+	_, err = proposals.New(s.pool, s.ledger.Account()).GetTakeover(context.Background(), str.Proposal.ID)
+	assert.ErrorIs(t, err, supportflow.ErrNotFound, "the claim was released")
 }
 
 // The sidebar polls politely and safely: it refuses a plain-HTTP api_url

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,12 +28,15 @@ type replyMyselfBody struct {
 // ReplyTaken answers POST /proposals/{id}/reply-myself: the proposal is
 // rejected and this caller, alone, took its reply to send it themselves.
 type ReplyTaken struct {
-	ProposalID string    `json:"proposal_id"`
-	State      string    `json:"state"`
-	Reply      string    `json:"reply"`
-	TakenBy    string    `json:"taken_by"`
-	OnBehalfOf string    `json:"on_behalf_of,omitempty"`
-	TakenAt    time.Time `json:"taken_at"`
+	ProposalID string `json:"proposal_id"`
+	State      string `json:"state"`
+	Reply      string `json:"reply"`
+	// UpdateTicket is the status and tags the proposal would have set
+	// with its reply; nothing sets them now, the caller may.
+	UpdateTicket *supportflow.TicketUpdate `json:"update_ticket,omitempty"`
+	TakenBy      string                    `json:"taken_by"`
+	OnBehalfOf   string                    `json:"on_behalf_of,omitempty"`
+	TakenAt      time.Time                 `json:"taken_at"`
 }
 
 // TakenProblem is the 409 reply-already-taken problem: who took the reply
@@ -44,16 +49,22 @@ type TakenProblem struct {
 }
 
 // replyMyself hands a proposal's reply to one agent to send from the
-// helpdesk's editor, so that the customer gets it exactly once. It
+// helpdesk's editor, so that the customer gets it exactly once. It claims
+// the proposal's reply_takeover row first (only one request can), then
 // rejects the proposal (a rejected proposal is never executed, so
-// supportflow never posts it) and then claims the proposal's
-// reply_takeover row; only the request whose claim inserted the row gets
-// the reply (200). The rejection alone proves nothing: the draft accepts
-// a repeated rejection of the same proposal, so every other request,
-// concurrent or later, gets 409 reply-already-taken with who took it and
-// when. A proposal that cancels subscriptions is refused (409
-// proposal-cancels): rejecting it would drop the cancellations its reply
-// may announce. Refused rejections map as for reject.
+// supportflow never posts it), and hands the reply out only once the
+// proposal is recorded rejected by this very request: under this token's
+// name with ReplyMyselfReason. The draft accepts a repeated rejection of
+// the same proposal, so "rejected" alone proves nothing: a supervisor who
+// rejected it in the console a moment earlier wins, and the claim is
+// released (409 proposal-not-awaiting-approval). A refused rejection
+// releases the claim too, and so does one whose outcome is unknown (503):
+// asking again is safe, and a request that finds the proposal rejected by
+// this token for this reason with nobody holding the reply resumes there.
+// A proposal that cancels subscriptions is refused (409 proposal-cancels):
+// rejecting it would drop the cancellations its reply may announce. The
+// status and tags the proposal would have set are not set; the answer's
+// update_ticket carries them for the caller.
 func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 	var body replyMyselfBody
 	if !s.decode(w, r, &body, true) {
@@ -75,24 +86,24 @@ func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 	if s.answerTaken(w, r, p.ID) {
 		return
 	}
-	if p.State != supportflow.DraftAwaitingApproval {
-		// Decided already (in the console, or by a takeover whose claim is
-		// not written yet): never hand out a reply someone rejected.
+	by := caller(r).name
+	ours := func(rec supportflow.ProposalRecord) bool {
+		return rec.State == supportflow.DraftRejected && rec.DecidedBy == by && rec.Error == ReplyMyselfReason
+	}
+	resume := ours(p)
+	if p.State != supportflow.DraftAwaitingApproval && !resume {
+		// Decided already, in the console or by another takeover: never
+		// hand out a reply someone else rejected.
 		problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval",
 			fmt.Sprintf("proposal %s is %s", p.ID, p.State))
 		return
 	}
-	by := caller(r).name
+	// The client going away must not leave a claim without a rejection,
+	// or a rejection without its claim settled.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), replyMyselfTimeout)
+	defer cancel()
 	onBehalf := text.Clip(body.OnBehalfOf, 200)
-	err := s.starter.Reject(r.Context(), p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: by, OnBehalfOf: onBehalf, Reason: ReplyMyselfReason})
-	if err != nil {
-		if s.answerTaken(w, r, p.ID) {
-			return
-		}
-		s.decisionError(w, r, err)
-		return
-	}
-	held, claimed, err := s.proposals.ClaimTakeover(r.Context(), proposals.Takeover{ProposalID: p.ID, TicketID: p.TicketID, TakenBy: by, OnBehalfOf: onBehalf})
+	held, claimed, err := s.proposals.ClaimTakeover(ctx, proposals.Takeover{ProposalID: p.ID, TicketID: p.TicketID, TakenBy: by, OnBehalfOf: onBehalf})
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -102,9 +113,53 @@ func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 		writeTaken(w, held)
 		return
 	}
-	s.log.Info("reply taken", "proposal_id", p.ID, "ticket_id", p.TicketID, "token", by)
-	writeJSON(w, http.StatusOK, ReplyTaken{ProposalID: p.ID, State: supportflow.DraftRejected, Reply: p.Reply,
+	release := func() {
+		if err := s.proposals.ReleaseTakeover(ctx, held); err != nil {
+			s.log.Error("release a reply takeover", "proposal_id", p.ID, "error", err)
+		}
+	}
+	if !resume {
+		if err := s.starter.Reject(ctx, p.TicketID, supportflow.RejectRequest{ProposalID: p.ID, RejectedBy: by, OnBehalfOf: onBehalf, Reason: ReplyMyselfReason}); err != nil {
+			release()
+			s.decisionError(w, r, err)
+			return
+		}
+		rec, err := s.awaitDecided(ctx, p.ID)
+		if err != nil {
+			release()
+			s.internal(w, r, err)
+			return
+		}
+		if !ours(rec) {
+			release()
+			problem(w, http.StatusConflict, "proposal-not-awaiting-approval", "Proposal not awaiting approval",
+				fmt.Sprintf("proposal %s was %s by %s first", p.ID, rec.State, cmp.Or(rec.DecidedBy, "someone else")))
+			return
+		}
+	}
+	s.log.Info("reply taken", "proposal_id", p.ID, "ticket_id", p.TicketID, "token", by, "resumed", resume)
+	writeJSON(w, http.StatusOK, ReplyTaken{ProposalID: p.ID, State: supportflow.DraftRejected, Reply: p.Reply, UpdateTicket: p.UpdateTicket,
 		TakenBy: held.TakenBy, OnBehalfOf: held.OnBehalfOf, TakenAt: held.TakenAt})
+}
+
+// replyMyselfTimeout bounds a takeover's claim, rejection and wait for the
+// rejection to be recorded, well inside the server's write timeout.
+const replyMyselfTimeout = 40 * time.Second
+
+// awaitDecided waits until the draft has recorded its decision on the
+// proposal in PostgreSQL (the rejection's token and reason), polling.
+func (s *Server) awaitDecided(ctx context.Context, proposalID string) (supportflow.ProposalRecord, error) {
+	for {
+		rec, err := s.proposals.GetProposal(ctx, proposalID)
+		if err == nil && rec.State != supportflow.DraftAwaitingApproval {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rec, fmt.Errorf("proposal %s: the rejection is not recorded yet: %w", proposalID, cmp.Or(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // answerTaken answers 409 reply-already-taken when someone took the

@@ -53,6 +53,19 @@ RETURNING taken_at`, s.account, t.ProposalID, t.TicketID, t.TakenBy, t.OnBehalfO
 	return held, false, err
 }
 
+// ReleaseTakeover deletes the claim t, the one ClaimTakeover recorded,
+// when the rejection it stood for did not happen (or is not known to
+// have): only that very claim (same taker, same time) is deleted.
+func (s *Store) ReleaseTakeover(ctx context.Context, t Takeover) error {
+	_, err := s.db.Exec(ctx, `
+DELETE FROM reply_takeover WHERE account = $1 AND proposal_id = $2 AND taken_by = $3 AND taken_at = $4`,
+		s.account, t.ProposalID, t.TakenBy, t.TakenAt)
+	if err != nil {
+		return fmt.Errorf("proposals: release the reply of proposal %s: %w", t.ProposalID, err)
+	}
+	return nil
+}
+
 // GetTakeover reads who took a proposal's reply; supportflow.ErrNotFound
 // when nobody has.
 func (s *Store) GetTakeover(ctx context.Context, proposalID string) (Takeover, error) {
