@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -39,15 +40,27 @@ func consoleAPI(s *stack) *apiClient {
 	})
 }
 
+// consoleInits is each page's init script from openConsole: one at a
+// time, so a later call's token is not overwritten by an earlier call's
+// script and fetch is wrapped once.
+var consoleInits sync.Map // *page → script identifier
+
 // openConsole opens the console at hash (e.g. "#/tickets/7") signed in
 // with token (kept where the console keeps it: sessionStorage), in a new
 // document, and counts the POSTs the page sends (window.__posts).
 func openConsole(p *page, c *apiClient, token, hash string) {
 	p.t.Helper()
-	p.onNewDocument(fmt.Sprintf(`if (location.protocol.startsWith("http")) sessionStorage.setItem("supportflow.token", %s);
+	if prev, ok := consoleInits.LoadAndDelete(p); ok {
+		p.call("Page.removeScriptToEvaluateOnNewDocument", map[string]any{"identifier": prev}, nil)
+	}
+	var added struct {
+		Identifier string `json:"identifier"`
+	}
+	p.call("Page.addScriptToEvaluateOnNewDocument", map[string]any{"source": fmt.Sprintf(`if (location.protocol.startsWith("http")) sessionStorage.setItem("supportflow.token", %s);
 window.__posts = [];
 { const f = window.fetch; window.fetch = function (u, init) { if (init && init.method === "POST") window.__posts.push(String(u)); return f.apply(this, arguments); }; }`,
-		jsString(token)))
+		jsString(token))}, &added)
+	consoleInits.Store(p, added.Identifier)
 	p.navigate("about:blank")
 	p.navigate(c.url + "/console/" + hash)
 	// The page leaves before the API closes: the test server's Close waits
@@ -216,6 +229,17 @@ func TestConsole_RolesDecideTheButtons(t *testing.T) {
 	assert.False(t, p.exists("#reject"))
 	assert.False(t, p.exists("#reject-reason"))
 
+	// Another ticket's page named with this proposal says whose it is,
+	// links there, and offers no decision, even to an approver.
+	elsewhere := ticket + 1_000_000
+	openConsole(p, c, approverAppToken, fmt.Sprintf("#/tickets/%d?proposal=%s", elsewhere, first.ID))
+	p.waitFor(`document.getElementById("foreign-proposal")`, pageWait)
+	assert.Contains(t, p.text("#foreign-proposal"), fmt.Sprintf("Proposal %s belongs to ticket %d", first.ID, ticket))
+	assert.Equal(t, pageOf(first.ID), p.evalString(`document.getElementById("foreign-proposal-link").getAttribute("href")`))
+	assert.False(t, p.exists("#approve"))
+	assert.False(t, p.exists("#reject"))
+	assert.False(t, p.exists("#reply"), "the other ticket's reply is not shown")
+
 	// The approver sees both buttons, and approves: the cancellation is
 	// refused, so the execution needs attention.
 	openConsole(p, c, approverAppToken, pageOf(first.ID))
@@ -316,7 +340,7 @@ func TestConsole_AssetsAndRoutes(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMovedPermanently, resp.StatusCode)
-	assert.Equal(t, "/console/", resp.Header.Get("Location"))
+	assert.Equal(t, "console/", resp.Header.Get("Location"), "relative, so a path prefix in front of the API is kept")
 
 	for _, asset := range []struct{ path, typ string }{{"/console/", "text/html"}, {"/console/app.js", "text/javascript"}, {"/console/style.css", "text/css"}} {
 		resp, err := http.Get(c.url + asset.path)
@@ -404,6 +428,18 @@ func TestConsole_AssetsAndRoutes(t *testing.T) {
 	assert.Contains(t, p.text("#signed-in-as"), "test-app")
 	assert.Equal(t, appToken, p.evalString(`sessionStorage.getItem("supportflow.token")`))
 	p.waitFor(`document.getElementById("no-drafts")`, pageWait)
+
+	// The skip link focuses the content; a hash that is not a page ("#main")
+	// changes nothing on the page.
+	p.eval(`document.getElementById("skip-link").click()`)
+	assert.Equal(t, "main", p.evalString("document.activeElement.id"), "the skip link focuses the content")
+	p.eval(`location.hash = "#main"; new Promise((r) => setTimeout(r, 500))`)
+	assert.True(t, p.exists("#no-drafts"), "the drafts list stays: %s", p.text("#main"))
+	assert.True(t, p.exists("#state-filter"), "the filter is still there")
+	// The filter applies in place and keeps the focus.
+	p.eval(`(() => { const s = document.getElementById("state-filter"); s.focus(); s.value = "done"; s.dispatchEvent(new Event("change")); })()`)
+	p.waitFor(`document.getElementById("no-drafts") && document.getElementById("no-drafts").innerText.includes("No drafts in this state") && location.hash === "#/?state=done"`, pageWait)
+	assert.Equal(t, "state-filter", p.evalString("document.activeElement.id"), "the filter keeps the focus")
 	p.click("#sign-out")
 	p.waitFor(`document.getElementById("sign-in")`, pageWait)
 	assert.Equal(t, "", p.evalString(`sessionStorage.getItem("supportflow.token") || ""`))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -40,7 +41,11 @@ func (s *Server) mountConsole() {
 	}
 	s.mux.Handle("GET /console/", http.StripPrefix("/console", console.Handler()))
 	s.mux.HandleFunc("GET /console", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/console/", http.StatusMovedPermanently)
+		// Relative, so an API served below a path prefix (a proxy's
+		// /supportflow/console) lands on its own console: http.Redirect
+		// would make it absolute from the request's path.
+		w.Header().Set("Location", "console/")
+		w.WriteHeader(http.StatusMovedPermanently)
 	})
 }
 
@@ -266,6 +271,10 @@ func draftRunOf(ticketID int64, proposalID string) (string, bool) {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], true
 }
 
+// conversationReadTimeout bounds getConversation's read of a draft's
+// history.
+const conversationReadTimeout = 10 * time.Second
+
 // getConversation reads the conversation the model was given from the
 // draft's Temporal history: the input of the GenerateDraft activity that
 // wrote the proposal (the ticket as LoadTicket read it, bounded), and its
@@ -305,11 +314,14 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
-	it := s.temporal.GetWorkflowHistory(r.Context(), s.starter.IDs.Draft(ticket), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	// A long or slow history read must not hold the request (and the
+	// page's poll) open without end.
+	ctx, cancel := context.WithTimeout(r.Context(), conversationReadTimeout)
+	defer cancel()
+	it := s.temporal.GetWorkflowHistory(ctx, s.starter.IDs.Draft(ticket), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var (
 		in       *supportflow.GenerateInput
 		inEvent  int64
-		inputs   = map[int64]*supportflow.GenerateInput{}
 		result   *supportflow.DraftProposal
 		decodeOK = true
 	)
@@ -339,7 +351,6 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 			if proposalID == "" || gi.ProposalID == proposalID {
 				in, inEvent, result = &gi, e.GetEventId(), nil
 			}
-			inputs[e.GetEventId()] = &gi
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
 			a := e.GetActivityTaskCompletedEventAttributes()
 			if in == nil || a.GetScheduledEventId() != inEvent {
@@ -353,7 +364,12 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	}
 	if in == nil {
 		if !decodeOK {
-			s.internal(w, r, errors.New("the draft's history could not be decoded with this process's payload keys"))
+			// Not a passing outage (a 503 would be retried): this process's
+			// payload keys do not open the history, a configuration error.
+			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
+				"error", "the draft's history could not be decoded with this process's payload keys")
+			problem(w, http.StatusInternalServerError, "conversation-undecodable", "Conversation cannot be decoded",
+				fmt.Sprintf("the draft history of ticket %d cannot be decoded with the API's payload keys (check that the API and the worker share them)", ticket))
 			return
 		}
 		if proposalID != "" {

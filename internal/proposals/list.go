@@ -47,7 +47,8 @@ type Listed struct {
 }
 
 // ListProposals lists the account's proposals, newest first (created_at,
-// then proposal_id, descending), with their approvals. A state that is not
+// then proposal_id, descending), with their approvals. Reply is left
+// empty; ReplyChars has its length. A state that is not
 // one of States, a ticket ID that is not positive or a limit outside
 // 1-MaxListLimit is supportflow.ErrInvalidInput.
 func (s *Store) ListProposals(ctx context.Context, f ListFilter) ([]Listed, error) {
@@ -62,31 +63,43 @@ func (s *Store) ListProposals(ctx context.Context, f ListFilter) ([]Listed, erro
 	if f.Limit < 1 || f.Limit > MaxListLimit {
 		return nil, fmt.Errorf("%w: limit %d must be 1-%d", supportflow.ErrInvalidInput, f.Limit, MaxListLimit)
 	}
+	// The WHERE clause has only the filters given, so each shape of the
+	// filter is served by its index of migration 14 (a "$2 = '' OR ..."
+	// term would keep the planner from using them). Values stay parameters.
+	where, args := "p.account = $1", []any{s.account}
+	if f.State != "" {
+		args = append(args, f.State)
+		where += fmt.Sprintf(" AND p.state = $%d", len(args))
+	}
+	if f.TicketID != 0 {
+		args = append(args, f.TicketID)
+		where += fmt.Sprintf(" AND p.ticket_id = $%d", len(args))
+	}
+	args = append(args, f.Limit)
+	// The list shows the reply's length, not the reply: char_length counts
+	// characters (code points) in the database's UTF-8 encoding.
 	rows, err := s.db.Query(ctx, `
-SELECT p.proposal_id, p.ticket_id, p.reply, p.cancel_subscriptions, p.model, p.conversation_through, p.update_ticket,
+SELECT p.proposal_id, p.ticket_id, char_length(p.reply), p.cancel_subscriptions, p.model, p.conversation_through, p.update_ticket,
        p.prompt_tokens, p.completion_tokens, p.state, COALESCE(p.decided_by, ''), COALESCE(p.error, ''),
        p.created_at, p.updated_at,
        COALESCE(a.approved_by, ''), COALESCE(a.on_behalf_of, ''), a.approved_at
 FROM proposal p
 LEFT JOIN approval a ON a.account = p.account AND a.proposal_id = p.proposal_id
-WHERE p.account = $1
-  AND ($2 = '' OR p.state = $2)
-  AND ($3::bigint = 0 OR p.ticket_id = $3)
+WHERE `+where+`
 ORDER BY p.created_at DESC, p.proposal_id DESC
-LIMIT $4`, s.account, f.State, f.TicketID, f.Limit)
+LIMIT $`+fmt.Sprint(len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("proposals: list: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Listed, error) {
 		var l Listed
 		var approvedAt *time.Time
-		err := row.Scan(&l.ID, &l.TicketID, &l.Reply, &l.CancelSubscriptions, &l.Model, &l.ConversationThrough, &l.UpdateTicket,
+		err := row.Scan(&l.ID, &l.TicketID, &l.ReplyChars, &l.CancelSubscriptions, &l.Model, &l.ConversationThrough, &l.UpdateTicket,
 			&l.PromptTokens, &l.CompletionTokens, &l.State, &l.DecidedBy, &l.Error, &l.CreatedAt, &l.UpdatedAt,
 			&l.ApprovedBy, &l.OnBehalfOf, &approvedAt)
 		if approvedAt != nil {
 			l.ApprovedAt = *approvedAt
 		}
-		l.ReplyChars = utf8.RuneCountInString(l.Reply)
 		return l, err
 	})
 	if err != nil {

@@ -130,17 +130,32 @@ class HttpError extends Error {
   }
 }
 
+// API_TIMEOUT bounds one call, its answer's body included: a hung call
+// ends as a network error and frees the buttons waiting on it.
+const API_TIMEOUT = 20000;
+
 async function api(method, path, body, token = session.token) {
   const headers = { Accept: 'application/json' };
   if (token) headers.Authorization = 'Bearer ' + token;
-  const init = { method, headers, cache: 'no-store' };
+  const timeout = new AbortController();
+  const timer = setTimeout(() => timeout.abort(), API_TIMEOUT);
+  const init = { method, headers, cache: 'no-store', signal: timeout.signal };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(BASE + path.replace(/^\//, ''), init);
-  const type = resp.headers.get('Content-Type') || '';
-  const data = type.includes('json') ? await resp.json().catch(() => null) : null;
+  let resp;
+  let data;
+  try {
+    resp = await fetch(BASE + path.replace(/^\//, ''), init);
+    const type = resp.headers.get('Content-Type') || '';
+    data = type.includes('json') ? await resp.json().catch(() => null) : null;
+  } catch (e) {
+    if (timeout.signal.aborted) throw new Error('no answer within ' + API_TIMEOUT / 1000 + ' s');
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
   if (!resp.ok) {
     if (resp.status === 401 && token === session.token && session.token) {
       signOut('The API refused the token (it is no longer valid). Sign in again.');
@@ -238,8 +253,14 @@ function leavePage() {
   page = null;
 }
 
+// isRoute says whether a hash names a page ("#/..."). Any other hash (the
+// skip link's "#main", an anchor) is not a page and is left alone.
+function isRoute(hash) {
+  return hash === '' || hash === '#' || hash.startsWith('#/');
+}
+
 function parseHash() {
-  const raw = location.hash.replace(/^#/, '') || '/';
+  const raw = isRoute(location.hash) ? location.hash.replace(/^#/, '') || '/' : '/';
   const [path, query] = raw.split('?');
   return { path, params: new URLSearchParams(query || '') };
 }
@@ -278,13 +299,20 @@ class DraftsPage {
     this.main = main;
     this.state = params.has('state') ? params.get('state') : 'awaiting_approval';
     this.abort = new AbortController();
+    this.seq = 0; // the newest load; an older one's answer is dropped
   }
 
   start() {
     document.title = 'Drafts · supportflow console';
     const select = h('select', { id: 'state-filter', name: 'state' },
       FILTERS.map(([v, words]) => h('option', { value: v, selected: v === this.state }, words)));
-    select.addEventListener('change', () => { location.hash = '#/?state=' + encodeURIComponent(select.value); });
+    // The filter applies in place (no new page), so the select keeps the
+    // focus: arrow keys on a closed select change it one step at a time.
+    select.addEventListener('change', () => {
+      this.state = select.value;
+      history.replaceState(null, '', '#/?state=' + encodeURIComponent(select.value));
+      this.load(true);
+    });
     this.body = h('div', { id: 'drafts' }, h('p', { class: 'muted' }, 'Loading drafts…'));
     fill(this.main,
       h('h1', {}, 'Drafts'),
@@ -307,24 +335,24 @@ class DraftsPage {
   }
 
   async load(announceIt) {
+    const seq = ++this.seq;
     const q = new URLSearchParams({ limit: '200' });
     if (this.state) q.set('state', this.state);
     let list;
     try {
       list = await api('GET', '/proposals?' + q.toString());
     } catch (e) {
-      if (this.abort.signal.aborted) return;
-      fill(this.body, h('p', { class: 'notice bad', role: 'alert' }, 'Could not load the drafts: ' + e.message));
+      if (this.abort.signal.aborted || seq !== this.seq) return;
+      this.show(h('p', { class: 'notice bad', role: 'alert' }, 'Could not load the drafts: ' + e.message));
       return;
     }
-    if (this.abort.signal.aborted) return;
-    const rows = list.proposals.slice().sort((a, b) => {
-      const wa = a.state === 'awaiting_approval' ? 0 : 1;
-      const wb = b.state === 'awaiting_approval' ? 0 : 1;
-      return wa - wb || (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0);
-    });
+    if (this.abort.signal.aborted || seq !== this.seq) return;
+    // The API's order (newest first), those waiting for a person moved
+    // ahead (a stable sort keeps the rest as they came).
+    const waiting = (p) => (p.state === 'awaiting_approval' ? 0 : 1);
+    const rows = list.proposals.slice().sort((a, b) => waiting(a) - waiting(b));
     if (rows.length === 0) {
-      fill(this.body, h('p', { id: 'no-drafts' }, this.state === 'awaiting_approval' ? 'No draft is waiting for a person.' : 'No drafts in this state.'));
+      this.show(h('p', { id: 'no-drafts' }, this.state === 'awaiting_approval' ? 'No draft is waiting for a person.' : 'No drafts in this state.'));
     } else {
       const table = h('table', { id: 'drafts-table' },
         h('caption', {}, plural(rows.length, 'draft', 'drafts') + (rows.length >= list.limit ? ' (the newest ' + list.limit + ')' : '')),
@@ -335,9 +363,24 @@ class DraftsPage {
           h('td', {}, when(p.created_at)),
           h('td', {}, proposes(p)),
           h('td', {}, decisionLine(p) || h('span', { class: 'muted' }, 'none yet'))))));
-      fill(this.body, table);
+      this.show(table);
     }
     if (announceIt) announce(plural(rows.length, 'draft', 'drafts') + ' listed.');
+  }
+
+  // show puts next in the list's place unless the same is shown already,
+  // so the 15 s refresh leaves a focused link alone; when the list did
+  // change, the focus goes back to the same row's link.
+  show(next) {
+    const cur = this.body.children;
+    if (cur.length === 1 && cur[0].isEqualNode(next)) return;
+    const active = document.activeElement;
+    const row = active && this.body.contains(active) ? active.closest('tr[data-proposal]') : null;
+    const lost = active && this.body.contains(active);
+    fill(this.body, next);
+    if (!lost) return;
+    const again = row && this.body.querySelector('tr[data-proposal="' + CSS.escape(row.dataset.proposal) + '"] a.ticket-link');
+    (again || document.getElementById('state-filter')).focus();
   }
 }
 
@@ -426,11 +469,15 @@ class DraftStream {
           const { value, done } = await reader.read();
           if (done) break;
           buf += value;
-          let i;
-          while ((i = buf.search(/\r?\n\r?\n/)) >= 0) {
-            const block = buf.slice(0, i);
-            buf = buf.slice(i + (buf[i] === '\r' ? 4 : 2));
-            const data = block.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+          // An event ends at an empty line; a line ends with CRLF, LF or a
+          // lone CR (the HTML standard, "Parsing an event stream").
+          // A CR at the end of the buffer may be half of a CRLF: wait for more.
+          let m;
+          while ((m = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/.exec(buf)) &&
+            !(m.index + m[0].length === buf.length && buf.endsWith('\r'))) {
+            const block = buf.slice(0, m.index);
+            buf = buf.slice(m.index + m[0].length);
+            const data = block.split(/\r\n|\r|\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
             if (!data) continue;
             let st;
             try { st = JSON.parse(data); } catch { continue; }
@@ -475,6 +522,8 @@ class DraftPage {
     this.action = null; // GET /actions/{key}
     this.conversation = null;
     this.conversationFor = undefined;
+    this.conversationGone = new Map(); // proposal ID → the API's 404: asked once
+    this.noDraft = false; // the page says the ticket has no draft
     this.busy = false;
     this.refusal = null;
     this.abort = new AbortController();
@@ -520,11 +569,17 @@ class DraftPage {
     if (this.stream) this.stream.stop();
   }
 
+  // onNoDraft runs at each of the stream's checks for a draft (every 5 s):
+  // the words and the button are put there once, so a focused button or
+  // "Draft requested" stays.
   onNoDraft() {
     this.status = null;
-    fill(this.el.state, 'Ticket ' + this.ticket + ' has no draft.');
-    fill(this.el.progress,
-      h('button', { type: 'button', id: 'request-draft', onclick: (ev) => this.requestDraft(ev.currentTarget) }, 'Request a draft'));
+    if (!this.noDraft) {
+      this.noDraft = true;
+      fill(this.el.state, 'Ticket ' + this.ticket + ' has no draft.');
+      fill(this.el.progress,
+        h('button', { type: 'button', id: 'request-draft', onclick: (ev) => this.requestDraft(ev.currentTarget) }, 'Request a draft'));
+    }
     this.render();
   }
 
@@ -536,12 +591,15 @@ class DraftPage {
       fill(this.el.progress, 'Draft requested; waiting for it to start.');
     } catch (e) {
       button.disabled = false;
-      fill(this.el.progress, h('span', { role: 'alert' }, 'Could not request a draft: ' + e.message));
+      const old = this.el.progress.querySelector('[role=alert]');
+      if (old) old.remove();
+      this.el.progress.append(' ', h('span', { role: 'alert' }, 'Could not request a draft: ' + e.message));
     }
   }
 
   onStatus(st) {
     this.status = st;
+    this.noDraft = false;
     const p = st.proposal;
     if (p && !this.shownId) {
       this.shownId = p.id;
@@ -608,20 +666,32 @@ class DraftPage {
     if (id) {
       jobs.push(api('GET', '/proposals/' + encodeURIComponent(id)).then((r) => { if (id === this.shownId) this.record = r; })
         .catch((e) => { if (e.status === 404 && id === this.shownId) this.record = null; }));
-      if (this.record && this.record.id === id && this.record.actions && this.record.actions.length) {
-        const key = this.record.actions[0].key;
+      const own = this.ownRecord();
+      if (own && own.actions && own.actions.length) {
+        const key = own.actions[0].key;
         jobs.push(api('GET', '/actions/' + encodeURIComponent(key)).then((a) => { if (id === this.shownId) this.action = a; })
           .catch(() => {}));
       }
     }
     // The conversation: the shown proposal's, or while none is shown the
     // one the model is being given now.
+    // A proposal's conversation is asked for until it is the drafted one
+    // or the proposal is final; a proposal's 404 (none kept, or another
+    // ticket's) is remembered and not asked again.
     const want = id || (this.status && this.status.state === 'drafting' ? '' : undefined);
-    if (want !== undefined && (this.conversationFor !== want || !this.conversation || !this.conversation.drafted)) {
+    if (want && this.conversationGone.has(want)) {
+      this.conversation = null;
+      this.conversationFor = want;
+      this.conversationError = this.conversationGone.get(want);
+    } else if (want !== undefined && !this.conversationSettled(want)) {
       const q = want ? '?proposal_id=' + encodeURIComponent(want) : '';
       jobs.push(api('GET', '/tickets/' + this.ticket + '/draft/conversation' + q)
         .then((c) => { this.conversation = c; this.conversationFor = want; this.conversationError = null; })
-        .catch((e) => { if (e.status === 404) { this.conversationError = e.message; this.conversationFor = want; } }));
+        .catch((e) => {
+          if (!(e instanceof HttpError)) return;
+          if (e.status === 404 && want) this.conversationGone.set(want, e.message);
+          if (e.status === 404 || e.status >= 500) { this.conversationError = e.message; this.conversationFor = want; }
+        }));
     }
     if (!this.history || !this.historyAt || Date.now() - this.historyAt > 5000) {
       jobs.push(api('GET', '/proposals?ticket_id=' + this.ticket + '&limit=20').then((l) => { this.history = l.proposals; this.historyAt = Date.now(); })
@@ -630,12 +700,36 @@ class DraftPage {
     await Promise.all(jobs);
   }
 
+  // conversationSettled says the conversation shown for want cannot change:
+  // the model answered, or want's proposal is final.
+  conversationSettled(want) {
+    const c = this.conversation;
+    if (!c || this.conversationFor !== want) return false;
+    if (c.drafted) return true;
+    const rec = this.ownRecord();
+    return !!want && !!rec && rec.id === want && TERMINAL.has(rec.state);
+  }
+
+  // ownRecord is the shown proposal's record if it is this ticket's;
+  // foreignRecord is it if it is another ticket's (a link or a hand-made
+  // URL naming another ticket's proposal), which this page neither shows
+  // nor decides.
+  ownRecord() {
+    const rec = this.record && this.record.id === this.shownId ? this.record : null;
+    return rec && String(rec.ticket_id) === this.ticket ? rec : null;
+  }
+
+  foreignRecord() {
+    const rec = this.record && this.record.id === this.shownId ? this.record : null;
+    return rec && String(rec.ticket_id) !== this.ticket ? rec : null;
+  }
+
   // The proposal as shown: the draft's own copy (with the cancellations'
   // descriptions) when it is the draft's current one, else the record.
   shown() {
     const st = this.status;
     const fromDraft = st && st.proposal && st.proposal.id === this.shownId ? st.proposal : null;
-    const rec = this.record && this.record.id === this.shownId ? this.record : null;
+    const rec = this.ownRecord();
     if (!fromDraft && !rec) return null;
     return { draft: fromDraft, record: rec, id: this.shownId, reply: (fromDraft || rec).reply,
       subs: (fromDraft || rec).cancel_subscriptions || [], update: (fromDraft || rec).update_ticket };
@@ -647,13 +741,13 @@ class DraftPage {
   render() {
     const st = this.status;
     const rec = this.record && this.record.id === this.shownId ? this.record : null;
-    const common = [this.shownId, st && st.state, st && st.proposal && st.proposal.id, session.roles.join()];
+    const common = [this.shownId, st && st.state, st && st.proposal && st.proposal.id, session.roles.join(), rec && rec.ticket_id];
     this.put(this.el.newer, common, () => this.renderNewer());
     this.put(this.el.proposal, [common, rec, st && st.proposal && st.proposal.id === this.shownId ? st.proposal : null,
       this.conversation && this.conversation.proposal_id === this.shownId ? this.conversation.cancellations : null,
       this.refusal && [this.refusal.proposalId, this.refusal.error.status, this.refusal.error.message], this.busy], () => this.renderProposal());
     this.put(this.el.execution, [common, rec, this.action, this.retryResult, this.retrying], () => this.renderExecution());
-    this.put(this.el.conversation, [this.conversation, this.conversationError], () => this.renderConversation());
+    this.put(this.el.conversation, [this.shownId, this.conversation, this.conversationError], () => this.renderConversation());
     this.put(this.el.history, [this.shownId, this.history], () => this.renderHistory());
   }
 
@@ -668,7 +762,9 @@ class DraftPage {
     const st = this.status;
     const cur = st && st.proposal ? st.proposal.id : null;
     const box = this.el.newer;
-    if (this.shownId && cur && cur !== this.shownId) {
+    if (this.foreignRecord()) {
+      fill(box);
+    } else if (this.shownId && cur && cur !== this.shownId) {
       fill(box, h('div', { class: 'notice', id: 'newer-notice' },
         h('p', {}, 'A newer proposal of this ticket exists. This page still shows the one you opened, and its buttons act only on it.'),
         h('button', { type: 'button', class: 'show-current', onclick: () => this.showCurrent() }, 'Show the current proposal')));
@@ -702,6 +798,16 @@ class DraftPage {
   renderProposal() {
     const box = this.el.proposal;
     const s = this.shown();
+    const foreign = this.foreignRecord();
+    if (!s && foreign) {
+      const link = '#/tickets/' + foreign.ticket_id + '?proposal=' + encodeURIComponent(foreign.id);
+      fill(box, h('h2', { id: 'proposal-h', tabindex: '-1' }, 'Proposal'),
+        h('div', { class: 'notice bad', id: 'foreign-proposal', role: 'alert' },
+          h('p', {}, 'Proposal ' + foreign.id + ' belongs to ticket ' + foreign.ticket_id + ', not to ticket ' + this.ticket +
+            ': it is not shown or decided on this page.'),
+          h('p', {}, h('a', { href: link, id: 'foreign-proposal-link' }, 'Open proposal ' + foreign.id + ' on ticket ' + foreign.ticket_id))));
+      return;
+    }
     if (!s) {
       fill(box, h('h2', { id: 'proposal-h', tabindex: '-1' }, 'Proposal'),
         h('p', { class: 'muted', id: 'no-proposal' }, this.shownId ? 'Loading proposal ' + this.shownId + '…' : 'No proposal yet: it appears here as soon as the draft is written.'));
@@ -753,6 +859,7 @@ class DraftPage {
   // under a person about to press them; the API refuses, and the page
   // explains why and offers the current proposal.
   decidable(id, state) {
+    if (this.foreignRecord()) return false;
     if (state === 'awaiting_approval') {
       this.offered = id;
       return true;
@@ -812,7 +919,12 @@ class DraftPage {
     const type = (e.problem && e.problem.type) || '';
     const rec = this.record && this.record.id === r.proposalId ? this.record : null;
     const verb = r.verb === 'approve' ? 'approved' : 'rejected';
-    if (!(e instanceof HttpError)) return ['The API could not be reached, so nothing was ' + verb + '. Try again.'];
+    if (!(e instanceof HttpError)) {
+      // The request may have reached the API and only its answer been
+      // lost: a decision is recorded once, so asking again is safe.
+      return ['The API\'s answer did not arrive (' + e.message + '), so the proposal may have been ' + verb + ' all the same. ' +
+        'Trying again is safe: a proposal is decided only once, and a second try is refused with what happened.'];
+    }
     const words = [];
     if (e.status === 409 && type.endsWith('/proposal-not-awaiting-approval')) {
       words.push('This proposal can no longer be ' + verb + ': it is not the one waiting for a decision.');
@@ -853,7 +965,7 @@ class DraftPage {
 
   renderExecution() {
     const box = this.el.execution;
-    const rec = this.record && this.record.id === this.shownId ? this.record : null;
+    const rec = this.ownRecord();
     if (!rec || !rec.approved_at) { fill(box); return; }
     const a = this.action;
     const parts = [h('h2', { id: 'execution-h' }, 'What was done')];
@@ -906,10 +1018,14 @@ class DraftPage {
 
   renderConversation() {
     const box = this.el.conversation;
-    const c = this.conversation;
+    // Only the shown proposal's conversation (an answer for one shown
+    // before is not this one's); with none shown, the draft's current one.
+    const c = this.conversation && (this.shownId ? this.conversation.proposal_id === this.shownId : this.conversationFor === '')
+      ? this.conversation : null;
     const head = h('h2', { id: 'conversation-h' }, 'The conversation as the model saw it');
     if (!c) {
-      fill(box, head, h('p', { class: 'muted', id: 'no-conversation' }, this.conversationError || 'Shown once the draft has read the ticket.'));
+      const err = this.conversationFor === (this.shownId || '') ? this.conversationError : null;
+      fill(box, head, h('p', { class: 'muted', id: 'no-conversation' }, err || 'Shown once the draft has read the ticket.'));
       return;
     }
     fill(box, head,
@@ -957,8 +1073,13 @@ function legLanded(l, a) {
 
 // ---------- start ----------
 
-window.addEventListener('hashchange', () => { if (session.token) route(); });
+window.addEventListener('hashchange', () => { if (session.token && isRoute(location.hash)) route(); });
 window.addEventListener('DOMContentLoaded', async () => {
+  // The skip link moves the focus to the content without changing the hash.
+  document.getElementById('skip-link').addEventListener('click', (ev) => {
+    ev.preventDefault();
+    document.getElementById('main').focus();
+  });
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (!saved) { renderSignIn(); return; }
   try {
