@@ -228,7 +228,7 @@ func TestLocalRun_InteractiveApproveMetricsAndSIGINT(t *testing.T) {
 	require.NotNil(t, metricsURL, out)
 	props := reProposal.FindAllStringSubmatch(out, -1)
 	require.Len(t, props, 3, "three demo drafts await approval")
-	assert.Contains(t, out, "approve: curl -s -X POST -H 'Authorization: Bearer "+token[1])
+	assert.Contains(t, out, "approve: curl -s -X POST -H \"Authorization: Bearer "+token[1]+`"`)
 
 	ticket, proposal := props[0][1], props[0][2]
 	approveAndWait(t, apiURL[1], token[1], ticket, proposal, "test")
@@ -521,11 +521,98 @@ func TestLocal_FreshSwitchStartsBothHalvesFresh(t *testing.T) {
 	second := reProposal.FindAllStringSubmatch(out, -1)
 	require.Len(t, second, 3, out)
 
-	// -fresh removes both although both are there.
-	out = runLocalOnce(t, state, "-fresh")
+	// -fresh removes both although both are there: the drafts of the run
+	// before are unknown to the API after it.
+	fresh := startLocalRunIn(t, state, []string{"-fresh"})
+	defer fresh.stop(t)
+	out = fresh.output()
 	assert.Contains(t, out, "==> starting fresh (-fresh): removing the kept state in ")
 	assert.NotContains(t, out, "kept from the last run")
+	apiURL, token := reAPI.FindStringSubmatch(out), reToken.FindStringSubmatch(out)
+	require.NotNil(t, apiURL, out)
+	require.NotNil(t, token, out)
 	for _, m := range second {
 		assert.NotContains(t, out, "proposal "+m[2], "a draft of the run before is not listed")
+		code, _ := draftOf(t, apiURL[1], token[1], m[1])
+		assert.Equal(t, http.StatusNotFound, code, "ticket %s's draft of the run before is unknown after -fresh", m[1])
+		code, body := httpDo(t, "GET", apiURL[1]+"/proposals/"+m[2], token[1], "")
+		assert.Equal(t, http.StatusNotFound, code, "proposal %s of the run before is unknown after -fresh: %s", m[2], body)
 	}
+}
+
+// A second local run on a state directory in use is refused, naming the
+// directory, and removes nothing: the first run's drafts can still be
+// approved, and its kept files are all there.
+func TestLocal_SecondRunOnSameStateIsRefused(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	state := localStateDir(t)
+	first := startLocalRunIn(t, state, nil)
+	defer first.stop(t)
+	out := first.output()
+	apiURL, token := reAPI.FindStringSubmatch(out), reToken.FindStringSubmatch(out)
+	require.NotNil(t, apiURL, out)
+	require.NotNil(t, token, out)
+	props := reProposal.FindAllStringSubmatch(out, -1)
+	require.Len(t, props, 3, out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildLocal(t), "-state", state)
+	cmd.Env = localEnv()
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", b)
+	assert.Equal(t, 1, exit.ExitCode(), "%s", b)
+	assert.Contains(t, string(b), "local: another local run is using the state directory "+state)
+	assert.NotContains(t, string(b), "==> starting", "nothing was started")
+	for _, f := range []string{"temporal.db", "standins.json", "state.json", filepath.Join("postgres", "PG_VERSION")} {
+		_, err := os.Stat(filepath.Join(state, f))
+		assert.NoError(t, err, "%s is kept", f)
+	}
+	approveAndWait(t, apiURL[1], token[1], props[0][1], props[0][2], "second-run-test")
+}
+
+// Switching a half between the run's own server and the user's
+// (TEMPORAL_ADDRESS) starts both halves fresh, saying why: the run's own
+// history is not kept beside PostgreSQL data that no longer matches it.
+func TestLocal_SwitchingAHalfStartsFresh(t *testing.T) {
+	startsItsOwnServers(t)
+	t.Parallel()
+	state := localStateDir(t)
+	out := runLocalOnce(t, state)
+	require.Len(t, reProposal.FindAllStringSubmatch(out, -1), 3, out)
+	_, err := os.Stat(filepath.Join(state, "temporal.db"))
+	require.NoError(t, err)
+
+	// The same state with a Temporal of the user's: it decides before it
+	// starts anything, so it is stopped once PostgreSQL starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildLocal(t), "-state", state)
+	cmd.Env = localEnv("TEMPORAL_ADDRESS=127.0.0.1:1")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	var lines []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "==> starting PostgreSQL") {
+			break
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	out = strings.Join(lines, "\n")
+	assert.Contains(t, out, "==> Temporal (TEMPORAL_ADDRESS) changed since the state was kept: starting both halves fresh")
+	_, err = os.Stat(filepath.Join(state, "temporal.db"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the run's own history is not kept beside another Temporal")
+
+	// Back to its own servers: the state was the user's Temporal's, so
+	// both start fresh again and no draft of the first run is listed.
+	out = runLocalOnce(t, state)
+	assert.Contains(t, out, "==> Temporal (TEMPORAL_ADDRESS) changed since the state was kept: starting both halves fresh")
+	assert.NotContains(t, out, "kept from the last run")
 }

@@ -31,12 +31,15 @@ type demoRun struct {
 	st     *stack
 	apiURL string
 	token  string
+	// shownToken is what the printed approve command sends: the token
+	// when this run generated it, else $SUPPORTFLOW_TOKEN.
+	shownToken string
 }
 
 // printProposal prints a draft that awaits approval and how to approve it.
 func (d *demoRun) printProposal(ticket int64, p *supportflow.DraftProposal) {
 	say("ticket %d: proposal %s awaits approval: %q (cancel %v)", ticket, p.ID, p.Reply, p.CancelSubscriptions)
-	say("  approve: curl -s -X POST -H 'Authorization: Bearer %s' %s/proposals/%s/approve", d.token, d.apiURL, p.ID)
+	say("  approve: curl -s -X POST -H \"Authorization: Bearer %s\" %s/proposals/%s/approve", d.shownToken, d.apiURL, p.ID)
 	say("  or:      go run ./cmd/starter approve %d %s   (with the environment above)", ticket, p.ID)
 }
 

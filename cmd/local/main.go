@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,10 +86,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	// After the first Ctrl-C starts the clean stop, a second one kills.
-	go func() { <-ctx.Done(); stop() }()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first Ctrl-C starts the clean stop; a second one stops at
+		// once, but saves the stand-ins' state first (the servers die with
+		// this process).
+		<-sigs
+		stop()
+		<-sigs
+		say("stopping at once: saving the stand-ins' state first")
+		if save := finalSave.Load(); save != nil {
+			(*save)()
+		}
+		os.Exit(1)
+	}()
 	if err := run(ctx, sw); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(1)
@@ -226,6 +240,17 @@ func run(ctx context.Context, sw *switches) error {
 	if err := os.MkdirAll(sw.stateDir, 0o755); err != nil {
 		return err
 	}
+	// One run at a time on a state directory: a second would find its
+	// servers' files in use.
+	unlock, held, err := devenv.TryLockFile(filepath.Join(sw.stateDir, lockName))
+	if err != nil {
+		return err
+	}
+	if held {
+		abs, _ := filepath.Abs(sw.stateDir)
+		return fmt.Errorf("another local run is using the state directory %s: stop it first, or give this one another directory with -state DIR", abs)
+	}
+	defer unlock()
 	logFile, err := os.OpenFile(filepath.Join(sw.stateDir, "local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -401,14 +426,13 @@ func run(ctx context.Context, sw *switches) error {
 	} else {
 		say("api token: one of yours (%s or %s; this run does not print them)", config.EnvAPITokens, config.EnvAPITokensFile)
 	}
-	starterEnv := starterEnvironment(cfg)
+	starterEnv := starterEnvironment(cfg, state.postgres)
 	say("starter retry PROPOSAL_ID (and the other starter commands) need this environment:")
 	fmt.Printf("      export %s\n      go run ./cmd/starter retry PROPOSAL_ID\n", strings.Join(starterEnv, " "))
 	if on := sw.on(); len(on) > 0 {
-		if !st.zendeskLocal {
-			say("demo switches %s apply to the stand-ins only; they change nothing here", strings.Join(on, " "))
-		} else {
-			say("demo switches on: %s", strings.Join(on, " "))
+		say("demo switches on: %s", strings.Join(on, " "))
+		if off := standinsOff(st); len(off) > 0 {
+			say("the switches act on the stand-ins only; they change nothing at %s (your settings)", strings.Join(off, ", "))
 		}
 	}
 
@@ -447,7 +471,12 @@ func run(ctx context.Context, sw *switches) error {
 
 	var tickets []int64
 	if st.zendeskLocal {
-		d := &demoRun{s: s, st: st, apiURL: apiURL, token: demoTok.Secret}
+		d := &demoRun{s: s, st: st, apiURL: apiURL, token: demoTok.Secret, shownToken: demoTok.Secret}
+		if !generated {
+			// A token of the user's is never printed.
+			d.shownToken = "$SUPPORTFLOW_TOKEN"
+			say("the approve commands below read your API token (approver role) from SUPPORTFLOW_TOKEN: export SUPPORTFLOW_TOKEN=...")
+		}
 		if state.kept {
 			tickets = append(tickets, d.listKept(ctx)...)
 		}
@@ -496,7 +525,8 @@ func run(ctx context.Context, sw *switches) error {
 
 // startServers starts PostgreSQL and the Temporal dev server, each unless
 // its address is given, on the kept state when there is one. When a kept
-// half will not start (its files unreadable), both start fresh.
+// half will not start because its files cannot be read (dataFilesError),
+// both start fresh; any other failure stops the run and removes nothing.
 func startServers(ctx context.Context, state *localState, pts *ports, gatewayURL string, log io.Writer, cleanups *[]func()) (uiURL string, err error) {
 	for {
 		var pg *devenv.Postgres
@@ -507,7 +537,7 @@ func startServers(ctx context.Context, state *localState, pts *ports, gatewayURL
 			say("starting PostgreSQL (data in %s)", state.postgresData())
 			pg, err = devenv.StartPostgres(ctx, devenv.PostgresOptions{Durable: true, DataDir: state.postgresData(), Port: pts.postgresPort, Log: log})
 			if err != nil {
-				if perr := pts.postgres.explain(err); perr != err || !state.kept || ctx.Err() != nil {
+				if perr := pts.postgres.explain(err); perr != err || !state.kept || ctx.Err() != nil || !dataFilesError(err) {
 					return "", perr
 				}
 				if err := state.discard("PostgreSQL", err); err != nil {
@@ -542,7 +572,7 @@ func startServers(ctx context.Context, state *localState, pts *ports, gatewayURL
 			if perr == err {
 				perr = pts.ui.explain(err)
 			}
-			if perr != err || !state.kept || ctx.Err() != nil {
+			if perr != err || !state.kept || ctx.Err() != nil || !dataFilesError(err) {
 				if pg != nil {
 					_ = pg.Stop()
 				}
@@ -575,6 +605,10 @@ func startStandins(st *stack, state *localState, pts *ports, sw *switches, clean
 	if err := state.restore(st); err != nil {
 		return err
 	}
+	var saver *standinSaver
+	if st.zendeskLocal && (state.postgres || state.temporal) {
+		saver = &standinSaver{path: filepath.Join(state.dir, standinsName), st: st}
+	}
 	listen := func(i int, name string, h http.Handler) (string, error) {
 		b := pts.standins[i]
 		srv, err := standin.Listen(h, b.addr)
@@ -586,7 +620,7 @@ func startStandins(st *stack, state *localState, pts *ports, sw *switches, clean
 		return srv.URL(), nil
 	}
 	if st.zendeskLocal {
-		u, err := listen(0, "Zendesk", st.zd)
+		u, err := listen(0, "Zendesk", saver.afterWrites(st.zd))
 		if err != nil {
 			return err
 		}
@@ -595,7 +629,7 @@ func startStandins(st *stack, state *localState, pts *ports, sw *switches, clean
 		os.Setenv("ZENDESK_API_TOKEN", "local-zendesk-token")
 	}
 	if st.subsLocal {
-		u, err := listen(1, "subscription-service", st.subs)
+		u, err := listen(1, "subscription-service", saver.afterWrites(st.subs))
 		if err != nil {
 			return err
 		}
@@ -621,23 +655,82 @@ func startStandins(st *stack, state *localState, pts *ports, sw *switches, clean
 		os.Setenv("BIGQUERY_DATASET", "commerce")
 	}
 	applySwitches(st, sw)
-	if st.zendeskLocal && (state.postgres || state.temporal) {
-		saver := &standinSaver{path: filepath.Join(state.dir, standinsName), st: st}
+	if saver != nil {
 		if err := saver.save(); err != nil {
 			return fmt.Errorf("saving the stand-ins' state: %w", err)
 		}
+		onErr := func(err error) { say("saving the stand-ins' state: %v", err) }
+		save := func() {
+			if err := saver.save(); err != nil {
+				onErr(err)
+			}
+		}
+		finalSave.Store(&save)
 		stop := make(chan struct{})
-		go saver.every(2*time.Second, stop, func(err error) { say("saving the stand-ins' state: %v", err) })
+		// What the demo seeds goes in no request: the periodic save
+		// keeps it.
+		go saver.every(2*time.Second, stop, onErr)
 		// Appended before the worker's cleanup, so it runs after the
 		// worker stopped: the last save holds everything it wrote.
 		*cleanups = append(*cleanups, func() {
 			close(stop)
-			if err := saver.save(); err != nil {
-				say("saving the stand-ins' state: %v", err)
-			}
+			save()
 		})
 	}
 	return nil
+}
+
+// finalSave saves the stand-ins' state when a second Ctrl-C stops the
+// run at once.
+var finalSave atomic.Pointer[func()]
+
+// dataFileMarkers are what PostgreSQL and the dev server (SQLite) say
+// when the files they were given cannot be used: damaged, or written by
+// another version.
+var dataFileMarkers = []string{
+	// PostgreSQL
+	"database files are incompatible with server",
+	"is not a valid data directory",
+	"could not locate a valid checkpoint record",
+	"invalid checkpoint record",
+	"invalid primary checkpoint record",
+	"incorrect checksum in control file",
+	"could not read file \"global/pg_control\"",
+	"pg_control",
+	// SQLite, under the Temporal dev server
+	"file is not a database",
+	"database disk image is malformed",
+	"SQLITE_CORRUPT",
+	"SQLITE_NOTADB",
+}
+
+// dataFilesError reports whether a server's start failure is about the
+// kept files themselves, which starting fresh mends. Anything else (a
+// port, a lock, a build of the Temporal CLI, a missing binary) is not:
+// starting fresh would lose the kept drafts and mend nothing.
+func dataFilesError(err error) bool {
+	msg := err.Error()
+	for _, m := range dataFileMarkers {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// standinsOff names the services whose settings are given, so no
+// stand-in (and no switch) acts for them.
+func standinsOff(st *stack) []string {
+	var off []string
+	for _, s := range []struct {
+		local bool
+		name  string
+	}{{st.zendeskLocal, "Zendesk"}, {st.subsLocal, "the subscription service"}, {st.modelL, "the model"}} {
+		if !s.local {
+			off = append(off, s.name)
+		}
+	}
+	return off
 }
 
 // applySwitches injects the demo switches' faults into the stand-ins.
@@ -668,8 +761,10 @@ func applySwitches(st *stack, sw *switches) {
 
 // starterEnvironment is what cmd/starter reads to reach this run's
 // Temporal and database (see cmd/starter's doc), as export arguments.
-// Secrets are never printed: a setting that holds one is named only.
-func starterEnvironment(cfg config.Worker) []string {
+// Secrets are never printed: a setting that holds one is named only, and
+// DATABASE_URL is printed only when it is the run's own PostgreSQL
+// (ownPG), whose URL holds no password.
+func starterEnvironment(cfg config.Worker, ownPG bool) []string {
 	env := []string{
 		"TEMPORAL_ADDRESS=" + cfg.Temporal.Address,
 		"TEMPORAL_NAMESPACE=" + cfg.Temporal.Namespace,
@@ -692,12 +787,8 @@ func starterEnvironment(cfg config.Worker) []string {
 			env = append(env, v.Name+"=<yours>")
 		}
 	}
-	if u, err := url.Parse(cfg.DatabaseURL); err == nil && u.User != nil {
-		if _, hasPassword := u.User.Password(); !hasPassword && u.Hostname() == "127.0.0.1" {
-			env = append(env, "DATABASE_URL="+shellQuote(cfg.DatabaseURL))
-		} else {
-			env = append(env, "DATABASE_URL=<yours>")
-		}
+	if ownPG {
+		env = append(env, "DATABASE_URL="+shellQuote(cfg.DatabaseURL))
 	} else {
 		env = append(env, "DATABASE_URL=<yours>")
 	}

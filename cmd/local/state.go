@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +32,8 @@ const (
 	temporalDBName  = "temporal.db"
 	standinsName    = "standins.json"
 	keysName        = "payload-keys"
+	manifestName    = "state.json"
+	lockName        = "local.lock"
 )
 
 // statePart is one part of the kept state this run uses.
@@ -47,6 +51,41 @@ type localState struct {
 	kept                    bool // decided by prepare: the run goes on from the kept state
 	saved                   *savedStandins
 	postgresDir, temporalDB string
+	manifest                manifest
+}
+
+// manifest records, in state.json, whose each half and the Zendesk side
+// of the kept state are: the run's own ("local") or the settings' (a hash
+// of DATABASE_URL or TEMPORAL_ADDRESS, "yours" for Zendesk). When it
+// changes, the kept halves no longer go together and the run starts
+// fresh.
+type manifest struct {
+	Postgres string `json:"postgres"`
+	Temporal string `json:"temporal"`
+	Zendesk  string `json:"zendesk"`
+}
+
+func sideOf(own bool, setting string) string {
+	if own {
+		return "local"
+	}
+	sum := sha256.Sum256([]byte(os.Getenv(setting)))
+	return "yours:" + hex.EncodeToString(sum[:8])
+}
+
+// changes names what differs from the kept manifest m.
+func (m manifest) changes(kept manifest) []string {
+	var c []string
+	for _, f := range []struct{ what, was, now string }{
+		{"PostgreSQL (DATABASE_URL)", kept.Postgres, m.Postgres},
+		{"Temporal (TEMPORAL_ADDRESS)", kept.Temporal, m.Temporal},
+		{"Zendesk (the stand-in or ZENDESK_URL/ZENDESK_SUBDOMAIN)", kept.Zendesk, m.Zendesk},
+	} {
+		if f.was != f.now {
+			c = append(c, f.what)
+		}
+	}
+	return c
 }
 
 func newLocalState(dir string, postgres, temporal, standins, ownKeys bool) (*localState, error) {
@@ -54,8 +93,13 @@ func newLocalState(dir string, postgres, temporal, standins, ownKeys bool) (*loc
 	if err != nil {
 		return nil, err
 	}
+	zendesk := "yours"
+	if standins {
+		zendesk = "stand-in"
+	}
 	return &localState{dir: abs, postgres: postgres, temporal: temporal, standins: standins, ownKeys: ownKeys,
-		postgresDir: filepath.Join(abs, postgresDirName), temporalDB: filepath.Join(abs, temporalDBName)}, nil
+		postgresDir: filepath.Join(abs, postgresDirName), temporalDB: filepath.Join(abs, temporalDBName),
+		manifest: manifest{Postgres: sideOf(postgres, "DATABASE_URL"), Temporal: sideOf(temporal, "TEMPORAL_ADDRESS"), Zendesk: zendesk}}, nil
 }
 
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
@@ -78,9 +122,46 @@ func (s *localState) parts() []statePart {
 }
 
 // prepare decides whether the run goes on from the kept state, and removes
-// it when not: when fresh is asked for, or when a part is missing while
-// another is kept, or the stand-ins' state cannot be read.
+// it when not: when fresh is asked for, when the halves are not whose
+// they were (state.json), when a part is missing while another is kept,
+// or the stand-ins' state cannot be read. It then records whose the
+// halves are.
 func (s *localState) prepare(fresh bool) error {
+	if err := s.decide(fresh); err != nil {
+		return err
+	}
+	b, err := json.Marshal(s.manifest)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(s.dir, manifestName), b)
+}
+
+func (s *localState) decide(fresh bool) error {
+	var kept manifest
+	var keptErr error
+	b, err := os.ReadFile(filepath.Join(s.dir, manifestName))
+	haveManifest := err == nil
+	switch {
+	case haveManifest:
+		keptErr = json.Unmarshal(b, &kept)
+	case !errors.Is(err, os.ErrNotExist):
+		keptErr = err
+	}
+	anyKept := exists(filepath.Join(s.postgresDir, "PG_VERSION")) || exists(s.temporalDB) || exists(filepath.Join(s.dir, standinsName))
+	if !fresh {
+		switch {
+		case keptErr != nil:
+			say("%s cannot be read (%v): starting both halves fresh", manifestName, keptErr)
+			return s.remove()
+		case haveManifest && len(s.manifest.changes(kept)) > 0:
+			say("%s changed since the state was kept: starting both halves fresh, so no draft is kept in one half only", strings.Join(s.manifest.changes(kept), ", "))
+			return s.remove()
+		case !haveManifest && anyKept:
+			say("no record of whose the kept halves are (%s is missing): starting both fresh, so no draft is kept in one half only", manifestName)
+			return s.remove()
+		}
+	}
 	parts := s.parts()
 	var have, missing []string
 	for _, p := range parts {
@@ -124,74 +205,146 @@ func (s *localState) discard(what string, err error) error {
 	return s.remove()
 }
 
-// reachablePostgresDir makes postgres/ in the state directory a link to a
-// directory in /var/tmp when PostgreSQL runs as the postgres OS user (this
-// process is root) and cannot reach the state directory: a directory
-// above it is closed to other users (a home directory, a test's temporary
-// directory). The link is kept, and removed with its target.
-func (s *localState) reachablePostgresDir() error {
-	if target, err := os.Readlink(s.postgresDir); err == nil {
-		return os.MkdirAll(target, 0o700)
+// altDir is where postgres/ links to when PostgreSQL cannot reach the
+// state directory: a directory of this state directory's own in /var/tmp
+// (or the temporary directory), named by a hash of its path.
+func (s *localState) altDir() string {
+	sum := sha256.Sum256([]byte(s.dir))
+	name := "supportflow-local-" + hex.EncodeToString(sum[:6])
+	if exists("/var/tmp") {
+		return filepath.Join("/var/tmp", name)
 	}
-	blocked, err := devenv.PostgresCannotReach(s.postgresDir)
-	if err != nil || blocked == "" {
+	return filepath.Join(os.TempDir(), name)
+}
+
+// altTarget is the data directory in altDir that postgres/ links to.
+func (s *localState) altTarget() string { return filepath.Join(s.altDir(), postgresDirName) }
+
+// safeAlt reports whether altDir is a real directory (not a link) owned
+// by root: /var/tmp is writable by everyone, so a directory or link of
+// that name made by another user must not be used or deleted.
+func (s *localState) safeAlt() error {
+	alt := s.altDir()
+	fi, err := os.Lstat(alt)
+	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256([]byte(s.dir))
-	alt := filepath.Join(os.TempDir(), "supportflow-local-"+hex.EncodeToString(sum[:6]))
-	if exists("/var/tmp") {
-		alt = filepath.Join("/var/tmp", filepath.Base(alt))
+	if !fi.IsDir() || fi.Mode()&os.ModeSymlink != 0 || !rootOwned(fi) {
+		return fmt.Errorf("%s is not a directory of root's (a link, a file or another user's): remove it, or use a -state directory the postgres OS user can reach", alt)
 	}
+	return nil
+}
+
+// ensureAlt creates altDir (searchable by the postgres OS user) and its
+// data directory, refusing an altDir that is not root's own directory.
+func (s *localState) ensureAlt() error {
+	alt := s.altDir()
 	if err := os.MkdirAll(alt, 0o755); err != nil {
+		return err
+	}
+	if err := s.safeAlt(); err != nil {
 		return err
 	}
 	if err := os.Chmod(alt, 0o755); err != nil {
 		return err
 	}
-	target := filepath.Join(alt, postgresDirName)
+	return os.MkdirAll(s.altTarget(), 0o700)
+}
+
+// linkTarget is where postgres/ links to, made absolute (a relative link
+// is read from the link's directory), or "" when it is no link.
+func (s *localState) linkTarget() string {
+	target, err := os.Readlink(s.postgresDir)
+	if err != nil {
+		return ""
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(s.postgresDir), target)
+	}
+	return filepath.Clean(target)
+}
+
+// reachablePostgresDir makes postgres/ in the state directory a link to
+// altDir's data directory when PostgreSQL runs as the postgres OS user
+// (this process is root) and cannot reach the state directory: a
+// directory above it is closed to other users (a home directory, a
+// test's temporary directory). The link is kept, and removed with its
+// target (remove).
+func (s *localState) reachablePostgresDir() error {
+	if target := s.linkTarget(); target != "" {
+		if target == s.altTarget() {
+			return s.ensureAlt()
+		}
+		return nil // a link of the user's: PostgreSQL's data is where it points
+	}
+	if s.kept {
+		return nil // kept data in postgres/ itself stays where it is
+	}
+	blocked, err := devenv.PostgresCannotReach(s.postgresDir)
+	if err != nil || blocked == "" {
+		return err
+	}
+	// New state: nothing of an earlier state directory of this path (one
+	// deleted with its link) may be reused.
+	if err := os.MkdirAll(s.altDir(), 0o755); err != nil {
+		return err
+	}
+	if err := s.safeAlt(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.altTarget()); err != nil {
+		return err
+	}
+	if err := s.ensureAlt(); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(s.postgresDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(target, 0o700); err != nil {
+	if err := os.Symlink(s.altTarget(), s.postgresDir); err != nil {
 		return err
 	}
-	if err := os.Symlink(target, s.postgresDir); err != nil {
-		return err
-	}
-	say("PostgreSQL runs as the postgres OS user, which cannot reach %s (%s is closed to it): its data is in %s, linked from %s",
-		s.dir, blocked, target, s.postgresDir)
+	say("PostgreSQL runs as the postgres OS user, which cannot reach %s (%s is closed to it): its data is in %s, linked from %s (-fresh clears it)",
+		s.dir, blocked, s.altTarget(), s.postgresDir)
 	return nil
 }
 
 // postgresData is PostgreSQL's data directory: postgres/ in the state
 // directory, or where its link points.
 func (s *localState) postgresData() string {
-	if target, err := os.Readlink(s.postgresDir); err == nil {
+	if target := s.linkTarget(); target != "" {
 		return target
 	}
 	return s.postgresDir
 }
 
-// remove deletes every kept part. The payload key stays: it seals
+// remove deletes every kept part, the markers of each half first
+// (temporal.db, then postgres/PG_VERSION), so that a remove cut short
+// leaves a half missing, which the next run starts fresh, and never a
+// half-deleted half that looks kept. postgres/ as a link is removed, and
+// its target only when it is this state directory's own altDir (never
+// what a link of the user's points to); this state directory's altDir
+// data is removed too, linked or not. The payload key stays: it seals
 // nothing once the history is gone, and a fresh history may reuse it.
 func (s *localState) remove() error {
 	var errs []error
-	if target, err := os.Readlink(s.postgresDir); err == nil {
-		// A link to where PostgreSQL could reach: the data goes, the link
-		// stays.
-		return errors.Join(os.RemoveAll(target), s.removeExceptPostgres())
-	}
-	errs = append(errs, os.RemoveAll(s.postgresDir), s.removeExceptPostgres())
-	return errors.Join(errs...)
-}
-
-func (s *localState) removeExceptPostgres() error {
-	var errs []error
-	for _, p := range []string{s.temporalDB, s.temporalDB + "-wal", s.temporalDB + "-shm", s.temporalDB + "-journal",
-		filepath.Join(s.dir, standinsName)} {
+	rm := func(p string) {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	rm(s.temporalDB)
+	target := s.linkTarget()
+	own := target == "" || (target == s.altTarget() && s.safeAlt() == nil)
+	if own {
+		rm(filepath.Join(s.postgresData(), "PG_VERSION"))
+	}
+	for _, p := range []string{s.temporalDB + "-wal", s.temporalDB + "-shm", s.temporalDB + "-journal", filepath.Join(s.dir, standinsName)} {
+		rm(p)
+	}
+	rm(s.postgresDir) // the directory, or only the link
+	if os.Geteuid() == 0 && s.safeAlt() == nil {
+		rm(s.altTarget()) // only root makes it (reachablePostgresDir)
 	}
 	return errors.Join(errs...)
 }
@@ -291,7 +444,16 @@ func (v *standinSaver) save() error {
 	if bytes.Equal(b, v.last) {
 		return nil
 	}
-	tmp := v.path + ".tmp"
+	if err := writeFileAtomic(v.path, b); err != nil {
+		return err
+	}
+	v.last = b
+	return nil
+}
+
+// writeFileAtomic writes b to a new file renamed over path.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -302,11 +464,64 @@ func (v *standinSaver) save() error {
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, v.path); err != nil {
-		return err
+	return os.Rename(tmp, path)
+}
+
+// afterWrites wraps a stand-in's handler so that every request but a read
+// saves the state before its answer is sent: what supportflow was told
+// happened is in the file when it hears it. A nil saver saves nothing.
+func (v *standinSaver) afterWrites(h http.Handler) http.Handler {
+	if v == nil {
+		return h
 	}
-	v.last = b
-	return nil
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			h.ServeHTTP(w, r)
+			return
+		}
+		buf := &heldResponse{header: make(http.Header)}
+		func() {
+			// A fault that drops the connection aborts the handler with a
+			// panic (http.ErrAbortHandler) after the write applied: save,
+			// then let it abort.
+			defer func() {
+				if p := recover(); p != nil {
+					_ = v.save()
+					panic(p)
+				}
+			}()
+			h.ServeHTTP(buf, r)
+		}()
+		if err := v.save(); err != nil {
+			say("saving the stand-ins' state: %v", err)
+		}
+		maps.Copy(w.Header(), buf.header)
+		if buf.status == 0 {
+			buf.status = http.StatusOK
+		}
+		w.WriteHeader(buf.status)
+		_, _ = w.Write(buf.body.Bytes())
+	})
+}
+
+// heldResponse keeps a response in memory until it is sent.
+type heldResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldResponse) Header() http.Header { return h.header }
+func (h *heldResponse) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+func (h *heldResponse) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return h.body.Write(b)
 }
 
 // every saves every interval until stop is closed.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another
@@ -77,4 +78,24 @@ func holdPorts(n int, listen func() (net.Listener, error)) ([]int, error) {
 		ports = append(ports, addr.Port)
 	}
 	return ports, nil
+}
+
+// TryLockFile takes an exclusive advisory lock on path (created if needed)
+// without waiting. held is true when another process holds it; otherwise
+// unlock releases the lock (the lock also goes with the process). On
+// systems without advisory locks it always succeeds.
+func TryLockFile(path string) (unlock func(), held bool, err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("devenv: opening lock file: %w", err)
+	}
+	ok, err := tryLock(f)
+	if err != nil || !ok {
+		_ = f.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("devenv: locking %s: %w", path, err)
+		}
+		return nil, true, nil
+	}
+	return func() { _ = f.Close() }, false, nil
 }
