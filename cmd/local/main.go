@@ -313,8 +313,11 @@ func run(ctx context.Context, sw *switches) error {
 	if st.zendeskLocal {
 		// The product waits 10 minutes after a new ticket for BigQuery's
 		// replication; the demo's stand-in has no lag.
-		if setDefault("SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "2s") && setDefault("SUPPORTFLOW_ENRICH_UPDATE_DELAY", "1s") {
-			say("enrichment delays shortened to 2s/1s for the demo (the product's are 10m/2m)")
+		// Each is shortened unless it is set.
+		newTicket := setDefault("SUPPORTFLOW_ENRICH_NEW_TICKET_DELAY", "2s")
+		update := setDefault("SUPPORTFLOW_ENRICH_UPDATE_DELAY", "1s")
+		if newTicket || update {
+			say("enrichment delays left unset shortened to 2s (new ticket) and 1s (update) for the demo (the product's are 10m/2m)")
 		}
 		// The stand-ins have no rate limits; the product's defaults are
 		// real services' (Zendesk's Team plan: 200 requests a minute).
