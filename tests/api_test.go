@@ -68,14 +68,20 @@ type apiClient struct {
 
 func (s *stack) api() *apiClient { return s.apiWith(nil) }
 
-// apiWith is api with its configuration changed by mod first.
-func (s *stack) apiWith(mod func(*api.Config)) *apiClient {
+// apiConfig is the configuration the tests' API servers start from.
+func (s *stack) apiConfig() api.Config {
 	s.t.Helper()
 	keys, err := codec.ParseKeyring(s.payloadKeys, "test keys")
 	require.NoError(s.t, err)
-	cfg := api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
+	return api.Config{Tokens: apiTokens, WebhookSecret: webhookSecret, PollInterval: 50 * time.Millisecond,
 		ZendeskUserID: standin.ZendeskAgentID, WebhookRetryAfter: time.Second, RelayInterval: 200 * time.Millisecond,
 		Codec: &codec.Codec{Keys: keys}, CodecTokens: []string{codecToken}, CodecOrigins: []string{webUIOrigin}, Namespace: "default"}
+}
+
+// apiWith is api with its configuration changed by mod first.
+func (s *stack) apiWith(mod func(*api.Config)) *apiClient {
+	s.t.Helper()
+	cfg := s.apiConfig()
 	if mod != nil {
 		mod(&cfg)
 	}

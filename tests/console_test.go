@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,12 +33,85 @@ const (
 	operatorAppToken = "test-operator-app-token-0123456789"
 )
 
-func consoleAPI(s *stack) *apiClient {
-	return s.apiWith(func(cfg *api.Config) {
-		cfg.Tokens = append(slices.Clone(apiTokens),
-			api.Token{Name: "alice", Roles: []api.Role{api.RoleApp, api.RoleApprover}, Secret: approverAppToken},
-			api.Token{Name: "ops", Roles: []api.Role{api.RoleApp, api.RoleOperator}, Secret: operatorAppToken})
-	})
+func consoleAPI(s *stack) *apiClient { return s.apiWith(consoleTokens) }
+
+// consoleTokens gives the API consoleTokens.
+func consoleTokens(cfg *api.Config) {
+	cfg.Tokens = append(slices.Clone(apiTokens),
+		api.Token{Name: "alice", Roles: []api.Role{api.RoleApp, api.RoleApprover}, Secret: approverAppToken},
+		api.Token{Name: "ops", Roles: []api.Role{api.RoleApp, api.RoleOperator}, Secret: operatorAppToken})
+}
+
+// restartableAPI is consoleAPI's API served in-process on one address
+// that can go away and come back on the same address, as an API process
+// restarted behind a fixed host and port does: the console it serves
+// keeps its origin.
+type restartableAPI struct {
+	s    *stack
+	cfg  api.Config
+	addr string
+
+	mu        sync.Mutex
+	srv       *api.Server
+	hs        *http.Server
+	relayDone chan struct{}
+}
+
+// consoleAPIRestartable is consoleAPI on an address of its own, with the
+// server that serves it; it is stopped at cleanup.
+func consoleAPIRestartable(s *stack) (*apiClient, *restartableAPI) {
+	s.t.Helper()
+	cfg := s.apiConfig()
+	consoleTokens(&cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(s.t, err)
+	r := &restartableAPI{s: s, cfg: cfg, addr: ln.Addr().String()}
+	r.serve(ln)
+	s.t.Cleanup(r.stop)
+	return &apiClient{t: s.t, s: s, url: "http://" + r.addr}, r
+}
+
+// serve starts a new API server (a new process's) on ln.
+func (r *restartableAPI) serve(ln net.Listener) {
+	r.s.t.Helper()
+	srv, err := api.New(r.cfg, r.s.starter, r.s.ledger, r.s.pool, r.s.temporal, nil)
+	require.NoError(r.s.t, err)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	relayDone := make(chan struct{})
+	go func() { srv.RunRelay(context.Background()); close(relayDone) }()
+	go func() { _ = hs.Serve(ln) }()
+	r.mu.Lock()
+	r.srv, r.hs, r.relayDone = srv, hs, relayDone
+	r.mu.Unlock()
+}
+
+// stop takes the API away at once: its listener and every connection,
+// the page's event stream too, are closed; then its relay ends. Stopping
+// a stopped API does nothing.
+func (r *restartableAPI) stop() {
+	r.mu.Lock()
+	srv, hs, relayDone := r.srv, r.hs, r.relayDone
+	r.srv, r.hs, r.relayDone = nil, nil, nil
+	r.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	_ = hs.Close()
+	srv.Close()
+	<-relayDone
+}
+
+// start serves a new API on the same address, retrying for a while if
+// the port is briefly busy.
+func (r *restartableAPI) start() {
+	r.s.t.Helper()
+	var ln net.Listener
+	require.Eventually(r.s.t, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", r.addr)
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "listen again on %s", r.addr)
+	r.serve(ln)
 }
 
 // consoleInits is each page's init script from openConsole: one at a
@@ -134,6 +208,8 @@ func TestConsole_ApproveOnceAndSeeTheLegs(t *testing.T) {
 	assert.Contains(t, p.text(`#legs tr[data-kind="cancel_subscription"][data-target="sub-c2"]`), "Subscription sub-c2 cancelled")
 	p.waitFor(`document.getElementById("decision") && document.getElementById("decision").innerText.includes("Approved by test-all")`, pageWait)
 	assert.False(t, p.exists("#approve"), "no approve button once approved")
+	// The draft's own state follows: done, in words.
+	p.waitFor(`document.getElementById("draft-state").innerText.includes("Done")`, pageWait)
 	p.screenshot("console-executed")
 
 	// The conversation the page showed is the one the model was given.
@@ -322,6 +398,80 @@ func TestConsole_DraftSurvivesWorkerRestart(t *testing.T) {
 	assert.Equal(t, st.Proposal.ID, p.text("#shown-proposal-id"))
 	assert.Equal(t, 1, s.proposals(ticket), "exactly one proposal")
 	assert.Equal(t, "1", string(p.eval(`window.__posts.filter(u => u.endsWith("/drafts")).length`)), "one draft request")
+
+	// The worker dies while the draft awaits approval: nothing changes but
+	// that no worker answers, and the page is told; it comes back, and the
+	// page is told that too.
+	s.killWorker()
+	p.waitFor(`document.getElementById("draft-progress").innerText.includes("No worker is answering")`, pageWait)
+	assert.True(t, p.exists("#approve"), "the proposal can still be approved")
+	assert.Equal(t, st.Proposal.ID, p.text("#shown-proposal-id"))
+	s.startWorker()
+	p.waitFor(`!document.getElementById("draft-progress").innerText.includes("No worker is answering")`, pageWait)
+	assert.Contains(t, p.text("#draft-state"), "Waiting for a person")
+	assert.Equal(t, "yes", p.evalString("window.__sameDocument"), "the page was not reloaded")
+	noConsoleErrors(t, p)
+}
+
+// The page follows a draft while the model streams; the API serving it
+// goes away (its connections closed) and comes back on the same address.
+// The same page, never reloaded, says in words that the API cannot be
+// reached while it is away, reconnects by itself and ends on the proposal.
+func TestConsole_DraftSurvivesAPIRestart(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	s := newStack(t)
+	ticket := s.seedOwnedTicket("Please cancel my subscription.", "cust-console-5", "sub-a5")
+	hit := make(chan struct{}, 4)
+	// The answer holds after a few tokens until the API is back, so the
+	// draft is mid-answer for the whole restart however loaded the
+	// machine is.
+	hold := make(chan struct{})
+	var released sync.Once
+	release := func() { released.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit, HoldAfter: 3, Hold: hold})
+	s.startWorker()
+	c, srv := consoleAPIRestartable(s)
+
+	p := b.page
+	openConsole(p, c, apiToken, fmt.Sprintf("#/tickets/%d", ticket))
+	p.waitFor(`document.getElementById("request-draft")`, pageWait)
+	p.eval(`window.__sameDocument = "yes"`)
+	p.click("#request-draft")
+	select {
+	case <-hit:
+	case <-time.After(waitBudget):
+		t.Fatal("the model was never called")
+	}
+	p.waitFor(`/Streaming: [0-9]+ tokens? so far/.test(document.getElementById("draft-progress").innerText) && document.getElementById("connection").dataset.kind === "live"`, pageWait)
+
+	srv.stop()
+	_, err := http.Get(c.url + "/console/")
+	var opErr *net.OpError
+	require.ErrorAs(t, err, &opErr, "the API is away")
+	p.waitFor(`document.getElementById("connection").dataset.kind === "reconnecting" && document.getElementById("connection").innerText.includes("The API cannot be reached")`, pageWait)
+	assert.Contains(t, p.text("#draft-state"), "Drafting a reply", "the last status known stays")
+	p.screenshot("console-reconnecting")
+
+	// Back on the same address, the page reconnects by itself; only then
+	// is the answer let go, so the proposal reaches the page through the
+	// new server. (The progress is not asserted again: a loaded machine
+	// may pass the held attempt's 20 s deadline, and the retry is not
+	// held.)
+	srv.start()
+	p.waitFor(`document.getElementById("connection").dataset.kind === "live"`, pageWait)
+	release()
+	p.waitFor(`document.getElementById("approve") && document.getElementById("shown-proposal-id")`, pageWait)
+	assert.Equal(t, "yes", p.evalString("window.__sameDocument"), "the page was not reloaded")
+	assert.Equal(t, c.url+"/console/", p.evalString(`location.origin + location.pathname`), "the page kept its address")
+	assert.Contains(t, p.text("#draft-state"), "Waiting for a person")
+	st := s.waitState(ticket, supportflow.DraftAwaitingApproval)
+	assert.Equal(t, st.Proposal.ID, p.text("#shown-proposal-id"))
+	assert.Equal(t, 1, s.proposals(ticket), "exactly one proposal")
+	assert.Equal(t, "1", string(p.eval(`window.__posts.filter(u => u.endsWith("/drafts")).length`)), "one draft request")
+	// The page logs nothing for the failed calls (the browser's own
+	// "Failed to load resource" lines are not console.error calls).
 	noConsoleErrors(t, p)
 }
 

@@ -218,7 +218,9 @@ func (s *Server) openStream(w http.ResponseWriter, token string) (release func()
 	}, true
 }
 
-// eventKey is what makes a status worth sending again.
+// eventKey is what makes a status worth sending again. It includes
+// WorkerUnavailable: a worker that dies (or comes back) while the draft
+// awaits approval changes nothing else.
 func eventKey(st supportflow.DraftStatus) string {
 	tokens, step := 0, ""
 	if st.Progress != nil {
@@ -228,7 +230,7 @@ func eventKey(st supportflow.DraftStatus) string {
 	if st.Proposal != nil {
 		proposal = st.Proposal.ID
 	}
-	return fmt.Sprintf("%s|%s|%s|%d|%s|%d", st.State, proposal, st.Error, tokens, step, st.Generation)
+	return fmt.Sprintf("%s|%s|%s|%d|%s|%d|%t", st.State, proposal, st.Error, tokens, step, st.Generation, st.WorkerUnavailable)
 }
 
 func writeEvent(w http.ResponseWriter, name string, v any) error {
