@@ -1,7 +1,8 @@
 -- Who took a proposal's reply into the Zendesk editor ("Reply myself" in
--- the sidebar app, POST /proposals/{id}/reply-myself). The API rejects the
--- proposal and then claims this row; only the request that inserted it
--- hands the reply out, so two agents (or two tabs) can never both send it.
+-- the sidebar app, POST /proposals/{id}/reply-myself). The API claims this
+-- row, then rejects the proposal, and hands the reply out only to the
+-- request whose claim stands once the rejection is recorded as its own, so
+-- two agents (or two tabs) can never both send it.
 -- Written by package proposals only.
 CREATE TABLE reply_takeover (
     account      text        NOT NULL,

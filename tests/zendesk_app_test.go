@@ -747,6 +747,11 @@ func TestReplyMyself_ExactlyOneTakerAcrossConcurrentCalls(t *testing.T) {
 	code, resp = c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tr.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	str := s.waitState(tr.ID, supportflow.DraftAwaitingApproval)
+	// The takeover's reason is reserved: a plain rejection cannot pass
+	// for one.
+	code, resp = c.do("POST", "/proposals/"+str.Proposal.ID+"/reject", apiToken, []byte(`{"reason":"agent replies from the editor"}`), nil)
+	require.Equal(t, http.StatusBadRequest, code, "%s", resp)
+	assert.Contains(t, string(resp), "reserved")
 	code, resp = c.do("POST", "/proposals/"+str.Proposal.ID+"/reject", apiToken, []byte(`{"reason":"wrong answer"}`), nil)
 	require.Equal(t, http.StatusOK, code, "%s", resp)
 	code, resp = c.do("POST", "/proposals/"+str.Proposal.ID+"/reply-myself", apiToken, []byte(`{"on_behalf_of":"Cy"}`), nil)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -337,6 +338,12 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reject(w http.ResponseWriter, r *http.Request) {
 	var body rejectBody
 	if !s.decode(w, r, &body, true) {
+		return
+	}
+	if strings.TrimSpace(body.Reason) == ReplyMyselfReason {
+		// Reserved: it marks a rejection made by reply-myself, whose reply
+		// is handed out.
+		problem(w, http.StatusBadRequest, "invalid-reason", "Invalid reason", fmt.Sprintf("the reason %q is reserved for POST /proposals/{id}/reply-myself", ReplyMyselfReason))
 		return
 	}
 	p, ok := s.proposal(w, r)

@@ -102,6 +102,9 @@ func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 	// or a rejection without its claim settled.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), replyMyselfTimeout)
 	defer cancel()
+	// The answer must be writable after the whole budget, whatever the
+	// server's write timeout (it counts from the request's headers).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyMyselfTimeout + 10*time.Second))
 	onBehalf := text.Clip(body.OnBehalfOf, 200)
 	held, claimed, err := s.proposals.ClaimTakeover(ctx, proposals.Takeover{ProposalID: p.ID, TicketID: p.TicketID, TakenBy: by, OnBehalfOf: onBehalf})
 	if err != nil {
@@ -113,8 +116,12 @@ func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 		writeTaken(w, held)
 		return
 	}
+	// A release gets its own time: it follows a rejection that may have
+	// used up the request's.
 	release := func() {
-		if err := s.proposals.ReleaseTakeover(ctx, held); err != nil {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		defer rcancel()
+		if err := s.proposals.ReleaseTakeover(rctx, held); err != nil {
 			s.log.Error("release a reply takeover", "proposal_id", p.ID, "error", err)
 		}
 	}
@@ -143,8 +150,9 @@ func (s *Server) replyMyself(w http.ResponseWriter, r *http.Request) {
 }
 
 // replyMyselfTimeout bounds a takeover's claim, rejection and wait for the
-// rejection to be recorded, well inside the server's write timeout.
-const replyMyselfTimeout = 40 * time.Second
+// rejection to be recorded: under the Zendesk app's 20 s request timeout,
+// so that the app hears the answer the server settled on.
+const replyMyselfTimeout = 15 * time.Second
 
 // awaitDecided waits until the draft has recorded its decision on the
 // proposal in PostgreSQL (the rejection's token and reason), polling.

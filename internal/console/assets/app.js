@@ -690,7 +690,7 @@ class DraftPage {
         .catch((e) => {
           if (!(e instanceof HttpError)) return;
           if (e.status === 404 && want) this.conversationGone.set(want, e.message);
-          if (e.status === 404 || e.status >= 500) { this.conversationError = e.message; this.conversationFor = want; }
+          if (e.status === 404 || e.status >= 500) { this.conversation = null; this.conversationError = e.message; this.conversationFor = want; }
         }));
     }
     if (!this.history || !this.historyAt || Date.now() - this.historyAt > 5000) {
