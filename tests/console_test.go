@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -63,12 +64,27 @@ func consoleAPIRestartable(s *stack) (*apiClient, *restartableAPI) {
 	s.t.Helper()
 	cfg := s.apiConfig()
 	consoleTokens(&cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(s.t, err)
+	ln := listenBelowEphemeral(s.t)
 	r := &restartableAPI{s: s, cfg: cfg, addr: ln.Addr().String()}
 	r.serve(ln)
 	s.t.Cleanup(r.stop)
 	return &apiClient{t: s.t, s: s, url: "http://" + r.addr}, r
+}
+
+// listenBelowEphemeral listens on a loopback port under Linux's ephemeral
+// range (32768 and up by default), so that while the API is down no
+// outgoing connection of this busy machine is given its port as a source
+// port, and the restart can listen on it again.
+func listenBelowEphemeral(t *testing.T) net.Listener {
+	t.Helper()
+	for range 200 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err == nil {
+			return ln
+		}
+	}
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return nil
 }
 
 // serve starts a new API server (a new process's) on ln.
