@@ -204,19 +204,13 @@ func TestAPI_WebhookEnrichDraftApproveEndToEnd(t *testing.T) {
 	s.subs.AddSubscription("sub-7", "cust-7")
 	s.zd.AddTicket(ticket) // Zendesk delivers ticket.created to the webhook
 
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), ticket.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond, "the webhook's event was enriched")
+	s.waitEnriched(ticket.ID)
 
 	// The model is mid-answer, holding after a few tokens, until the
 	// stream has shown them: on a loaded machine a whole answer can come
 	// and go between two of the stream's polls.
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	releaseModel := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(releaseModel)
-	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond, HoldAfter: 3, Hold: release})
+	hold, releaseModel := releasableHold(t)
+	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond, HoldAfter: 3, Hold: hold})
 	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", ticket.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	var started api.DraftStarted
@@ -574,6 +568,15 @@ func TestAPI_RolesAndAttribution(t *testing.T) {
 }
 
 // waitMirrored waits until a ticket's webhook has mirrored it.
+// waitEnriched waits until the ticket's requester was looked up and found.
+func (s *stack) waitEnriched(ticketID int64) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		st, err := s.starter.EnrichmentStatus(context.Background(), ticketID)
+		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
+	}, waitBudget, 50*time.Millisecond, "ticket %d's requester was enriched", ticketID)
+}
+
 func (s *stack) waitMirrored(ticketID int64) {
 	s.t.Helper()
 	require.Eventually(s.t, func() bool {
@@ -600,10 +603,7 @@ func TestExecution_RetryNeedsAttention(t *testing.T) {
 	s.subs.AddSubscription("sub-r", "c-retry-api")
 	s.subs.Inject(standin.Fault{Method: "POST", Path: "/v1/subscriptions/sub-r/cancel", Status: 422, Times: -1})
 	s.zd.AddTicket(tk)
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), tk.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond)
+	s.waitEnriched(tk.ID)
 
 	// The model proposes the cancellation; told that a previous reply was
 	// held back, it writes a truthful one without it.

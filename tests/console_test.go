@@ -442,10 +442,7 @@ func TestConsole_DraftSurvivesAPIRestart(t *testing.T) {
 	// The answer holds after a few tokens until the API is back, so the
 	// draft is mid-answer for the whole restart however loaded the
 	// machine is.
-	hold := make(chan struct{})
-	var released sync.Once
-	release := func() { released.Do(func() { close(hold) }) }
-	t.Cleanup(release)
+	hold, release := releasableHold(t)
 	s.model.Inject(standin.ModelFault{TokenDelay: 150 * time.Millisecond, Arrived: hit, HoldAfter: 3, Hold: hold})
 	s.startWorker()
 	c, srv := consoleAPIRestartable(s)

@@ -1,11 +1,9 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,10 +50,7 @@ func TestIngestion_CommentDuringExecutionIsAnswered(t *testing.T) {
 	s.bq.AddCustomer(requester, standin.BQCustomer{CustomerID: "c-during", Orders: 3, ActiveSubscriptions: []string{"sub-during"}})
 	s.subs.AddSubscription("sub-during", "c-during")
 	s.zd.AddTicket(tk)
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), tk.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond, "the ticket was enriched")
+	s.waitEnriched(tk.ID)
 
 	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tk.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
@@ -64,9 +59,7 @@ func TestIngestion_CommentDuringExecutionIsAnswered(t *testing.T) {
 
 	// Hold the cancellation (the execution's first leg) until the
 	// customer's comment has reached the draft.
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	release, releaseCancel := releasableHold(t)
 	held := arrived()
 	hold := func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel") {
@@ -97,7 +90,7 @@ func TestIngestion_CommentDuringExecutionIsAnswered(t *testing.T) {
 	s.waitDraft(tk.ID, "told of the comment while executing", func(st supportflow.DraftStatus) bool {
 		return st.State == supportflow.DraftExecuting && st.IgnoredActivity >= 1
 	})
-	releaseOnce.Do(func() { close(release) })
+	releaseCancel()
 
 	second := s.waitDraft(tk.ID, "drafted again", func(st supportflow.DraftStatus) bool {
 		return st.State == supportflow.DraftAwaitingApproval && st.Proposal != nil && st.Proposal.ID != first.Proposal.ID

@@ -536,7 +536,16 @@ func mustDescribeRun(t *testing.T, s *stack, workflowID string) string {
 // heldUntilCleanup is a ModelFault's Hold that is released when the test
 // ends, so a held answer never outlives it.
 func heldUntilCleanup(t *testing.T) <-chan struct{} {
-	hold := make(chan struct{})
-	t.Cleanup(func() { close(hold) })
+	hold, _ := releasableHold(t)
 	return hold
+}
+
+// releasableHold is a hold released by release (any number of calls) or,
+// at the latest, when the test ends.
+func releasableHold(t *testing.T) (hold <-chan struct{}, release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	return ch, release
 }

@@ -120,10 +120,7 @@ func TestEnrichment_DeadLetterAndRedrive(t *testing.T) {
 
 	s.bq.ClearFaults()
 	require.NoError(t, s.starter.RedriveEnrichment(ctxT(t), ticket))
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), ticket)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 100*time.Millisecond)
+	s.waitEnriched(ticket)
 	dl, err = s.enrichStore().GetDeadLetter(ctxT(t), ticket)
 	require.NoError(t, err)
 	assert.NotNil(t, dl.RedrivenAt)

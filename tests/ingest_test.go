@@ -211,10 +211,7 @@ func TestIngestion_TransientFailureAsksZendeskToRetry(t *testing.T) {
 	assert.Zero(t, stats.Lost, "%+v", stats)
 	assert.Equal(t, 1, s.count(`SELECT count(*) FROM ticket_event WHERE ticket_id = $1`, tk.ID), "one event recorded")
 	s.waitMirrored(tk.ID)
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), tk.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond)
+	s.waitEnriched(tk.ID)
 	time.Sleep(500 * time.Millisecond) // a second lookup, if any, would follow within the delay
 	assert.Equal(t, 1, s.count(`SELECT count(*) FROM enrichment_run WHERE ticket_id = $1`, tk.ID), "exactly one lookup")
 }

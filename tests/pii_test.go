@@ -102,10 +102,7 @@ func TestPII_HistoryHoldsNoPlaintext(t *testing.T) {
 	})
 	s.zd.AddTicket(ticket) // Zendesk delivers ticket.created to the webhook
 
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), ticket.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond, "the webhook's event was enriched")
+	s.waitEnriched(ticket.ID)
 	code, resp := c.do("POST", fmt.Sprintf("/tickets/%d/drafts", ticket.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	st := s.waitState(ticket.ID, supportflow.DraftAwaitingApproval)

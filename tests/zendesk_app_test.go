@@ -471,17 +471,11 @@ func TestZendeskApp_SidebarShowsTheTicketsDraft(t *testing.T) {
 	s.zd.AddTicket(tB)
 	s.waitMirrored(tA.ID)
 	s.waitMirrored(tB.ID)
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), tA.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond, "ticket A's requester was enriched")
+	s.waitEnriched(tA.ID)
 
 	// The model holds mid-answer until the page has shown its progress.
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	releaseModel := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(releaseModel)
-	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond, HoldAfter: 3, Hold: release})
+	hold, releaseModel := releasableHold(t)
+	s.model.Inject(standin.ModelFault{TokenDelay: 40 * time.Millisecond, HoldAfter: 3, Hold: hold})
 
 	api, err := url.Parse(c.url)
 	require.NoError(t, err)
@@ -714,10 +708,7 @@ func TestReplyMyself_ExactlyOneTakerAcrossConcurrentCalls(t *testing.T) {
 	})
 	s.zd.AddTicket(tc)
 	s.waitMirrored(tc.ID)
-	require.Eventually(t, func() bool {
-		st, err := s.starter.EnrichmentStatus(context.Background(), tc.ID)
-		return err == nil && st.State == supportflow.EnrichEnriched && st.Found
-	}, waitBudget, 50*time.Millisecond, "the requester was enriched")
+	s.waitEnriched(tc.ID)
 	code, resp = c.do("POST", fmt.Sprintf("/tickets/%d/drafts", tc.ID), apiToken, nil, nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", resp)
 	stc := s.waitState(tc.ID, supportflow.DraftAwaitingApproval)
